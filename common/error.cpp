@@ -1,0 +1,35 @@
+#include "common/error.h"
+
+namespace lockstep {
+
+const char* error_kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidArgument: return "invalid argument";
+    case ErrorKind::kModel: return "model error";
+    case ErrorKind::kIo: return "I/O error";
+    case ErrorKind::kCuda: return "CUDA error";
+    case ErrorKind::kCublas: return "cuBLAS error";
+    case ErrorKind::kNccl: return "NCCL error";
+    case ErrorKind::kMpi: return "MPI error";
+    case ErrorKind::kRankFailure: return "rank failure";
+    case ErrorKind::kInternal: return "internal error";
+  }
+  return "error";
+}
+
+ProcessIdentity& process_identity() {
+  static ProcessIdentity identity;
+  return identity;
+}
+
+void throw_error(ErrorKind kind, const std::string& message) { throw Error(kind, message); }
+
+void throw_check_failure(ErrorKind kind, const char* statement, const std::string& detail,
+                         const char* file, int line) {
+  const ProcessIdentity& id = process_identity();
+  std::string device = id.device < 0 ? "cpu" : std::to_string(id.device);
+  throw Error(kind, fmt::format("{} failed: {} (rank {}, device {}, {}:{})", statement, detail,
+                                id.rank, device, file, line));
+}
+
+}  // namespace lockstep
