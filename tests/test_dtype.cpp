@@ -1,0 +1,47 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/dtype.h"
+
+namespace lockstep {
+namespace {
+
+TEST(DType, Bf16RoundTripAndRounding) {
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f)), 1.0f);
+  EXPECT_EQ(bf16_to_float(float_to_bf16(-2.5f)), -2.5f);
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties to even (1.0).
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
+  // Just above halfway rounds up.
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))),
+            1.0f + std::ldexp(1.0f, -7));
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(DType, F16RoundTripNormalsSubnormalsAndOverflow) {
+  // Every finite f16 value survives f16 -> f32 -> f16.
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    uint16_t v = static_cast<uint16_t>(h);
+    if ((v & 0x7c00u) == 0x7c00u) continue;  // inf / NaN handled below
+    ASSERT_EQ(float_to_f16(f16_to_float(v)), v) << "h=" << h;
+  }
+  EXPECT_EQ(f16_to_float(0x3c00u), 1.0f);
+  EXPECT_EQ(f16_to_float(0x0001u), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(float_to_f16(70000.0f), 0x7c00u);                // overflow to inf
+  EXPECT_EQ(float_to_f16(std::ldexp(1.0f, -26)), 0u);        // underflow to zero
+  EXPECT_TRUE(std::isinf(f16_to_float(0x7c00u)));
+}
+
+TEST(DType, ParseNames) {
+  EXPECT_EQ(parse_dtype_name("bfloat16"), DType::kBF16);
+  EXPECT_EQ(parse_dtype_name("float16"), DType::kF16);
+  EXPECT_EQ(parse_dtype_name("float32"), DType::kF32);
+  EXPECT_THROW(parse_dtype_name("int8"), std::exception);
+  DType t;
+  EXPECT_TRUE(parse_safetensors_dtype("BF16", &t));
+  EXPECT_FALSE(parse_safetensors_dtype("I8", &t));
+}
+
+}  // namespace
+}  // namespace lockstep
