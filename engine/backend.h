@@ -1,0 +1,66 @@
+// Where the ops run. The runner calls ops through this interface only, so the
+// CPU reference and the CUDA backend share one layer sequence. Each op takes
+// the same parameter struct on every backend (kernels/<op>.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
+
+namespace lockstep {
+
+// Memory owned by a backend (host memory for the CPU backend, device memory
+// for CUDA). Moves, never copies.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(void* data, int64_t bytes, std::function<void(void*)> release)
+      : data_(data, std::move(release)), bytes_(bytes) {}
+  void* data() const { return data_.get(); }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_.get()); }
+  int64_t bytes() const { return bytes_; }
+  bool empty() const { return data_ == nullptr; }
+
+ private:
+  std::unique_ptr<void, std::function<void(void*)>> data_{nullptr, [](void*) {}};
+  int64_t bytes_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual DType act_dtype() const = 0;     // activations and KV cache
+  virtual DType weight_dtype() const = 0;  // weights as stored on the backend
+
+  virtual Buffer alloc(int64_t bytes) = 0;
+  virtual void to_backend(void* dst, const void* host_src, int64_t bytes) = 0;
+  virtual void to_host(void* host_dst, const void* src, int64_t bytes) = 0;
+  // Converts float32 host values to `dtype` and places them on the backend.
+  Buffer upload(const std::vector<float>& host, DType dtype);
+  // Waits for all queued work (a no-op on the CPU).
+  virtual void synchronize() = 0;
+
+  virtual void embedding(const EmbeddingParams& p) = 0;
+  virtual void rms_norm(const RmsNormParams& p) = 0;
+  virtual void linear(const LinearParams& p) = 0;
+  virtual void qk_norm_rope(const QkNormRopeParams& p) = 0;
+  virtual void kv_append(const KvAppendParams& p) = 0;
+  virtual void attention(const AttentionParams& p) = 0;
+  virtual void silu_mul(const SiluMulParams& p) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace lockstep

@@ -1,0 +1,60 @@
+// The CPU backend: float32 everything, ops from kernels/cpu.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "common/error.h"
+#include "engine/backend.h"
+
+namespace lockstep {
+
+Buffer Backend::upload(const std::vector<float>& host, DType dtype) {
+  int64_t bytes = static_cast<int64_t>(host.size() * dtype_size(dtype));
+  Buffer buf = alloc(bytes);
+  if (dtype == DType::kF32) {
+    to_backend(buf.data(), host.data(), bytes);
+  } else {
+    std::vector<uint8_t> converted(static_cast<size_t>(bytes));
+    convert_from_f32(host.data(), converted.data(), dtype, host.size());
+    to_backend(buf.data(), converted.data(), bytes);
+  }
+  return buf;
+}
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  DType act_dtype() const override { return DType::kF32; }
+  DType weight_dtype() const override { return DType::kF32; }
+
+  Buffer alloc(int64_t bytes) override {
+    size_t size = static_cast<size_t>(bytes > 0 ? bytes : 1);
+    size = (size + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, size);
+    LS_REQUIRE(p != nullptr, ErrorKind::kInvalidArgument, "out of host memory allocating {} bytes", bytes);
+    return Buffer(p, bytes, [](void* q) { std::free(q); });
+  }
+  void to_backend(void* dst, const void* src, int64_t bytes) override {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  void to_host(void* dst, const void* src, int64_t bytes) override {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+  void synchronize() override {}
+
+  void embedding(const EmbeddingParams& p) override { cpu::embedding(p); }
+  void rms_norm(const RmsNormParams& p) override { cpu::rms_norm(p); }
+  void linear(const LinearParams& p) override { cpu::linear(p); }
+  void qk_norm_rope(const QkNormRopeParams& p) override { cpu::qk_norm_rope(p); }
+  void kv_append(const KvAppendParams& p) override { cpu::kv_append(p); }
+  void attention(const AttentionParams& p) override { cpu::attention(p); }
+  void silu_mul(const SiluMulParams& p) override { cpu::silu_mul(p); }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace lockstep

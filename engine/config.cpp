@@ -1,0 +1,294 @@
+#include "engine/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <numbers>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace lockstep {
+
+namespace {
+
+using nlohmann::json;
+
+struct ArchEntry {
+  Arch arch;
+  const char* short_name;
+  const char* hf_class;
+  int64_t default_max_positions;  // the transformers class default
+};
+
+constexpr ArchEntry kArchs[] = {
+    {Arch::kLlama, "llama", "LlamaForCausalLM", 2048},
+    {Arch::kMistral, "mistral", "MistralForCausalLM", 4096 * 32},
+    {Arch::kQwen2, "qwen2", "Qwen2ForCausalLM", 32768},
+    {Arch::kQwen3, "qwen3", "Qwen3ForCausalLM", 32768},
+};
+
+const ArchEntry& arch_entry(Arch a) {
+  for (const auto& e : kArchs)
+    if (e.arch == a) return e;
+  LS_FAIL(ErrorKind::kInternal, "unknown arch enum");
+}
+
+[[noreturn]] void config_error(const std::string& what) {
+  LS_FAIL(ErrorKind::kModel, "config.json: {}", what);
+}
+
+int64_t get_int(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) config_error(fmt::format("missing '{}'", key));
+  if (!it->is_number_integer()) config_error(fmt::format("'{}' must be an integer, got {}", key, it->dump()));
+  return it->get<int64_t>();
+}
+
+int64_t get_int_or(const json& j, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) config_error(fmt::format("'{}' must be an integer, got {}", key, it->dump()));
+  return it->get<int64_t>();
+}
+
+double get_number(const json& j, const char* key, const char* where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) config_error(fmt::format("missing '{}'{}", key, where));
+  if (!it->is_number()) config_error(fmt::format("'{}' must be a number, got {}", key, it->dump()));
+  return it->get<double>();
+}
+
+bool get_bool_or(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) config_error(fmt::format("'{}' must be true or false, got {}", key, it->dump()));
+  return it->get<bool>();
+}
+
+Arch parse_architecture(const json& j) {
+  auto it = j.find("architectures");
+  if (it == j.end() || !it->is_array() || it->empty() || !(*it)[0].is_string())
+    config_error("missing 'architectures' (expected e.g. [\"LlamaForCausalLM\"])");
+  std::string name = (*it)[0].get<std::string>();
+  for (const auto& e : kArchs)
+    if (name == e.hf_class) return e.arch;
+  config_error(fmt::format("unsupported architecture '{}' (supported: LlamaForCausalLM, "
+                           "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", name));
+}
+
+// Classic configs put rope_theta at the top and scaling under rope_scaling;
+// transformers-5 configs put both under rope_parameters.
+RopeConfig parse_rope(const json& j) {
+  RopeConfig rope;
+  const json* params = nullptr;
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) config_error("'rope_parameters' must be an object");
+    params = &*it;
+  }
+  const json* scaling = nullptr;
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) config_error("'rope_scaling' must be an object or null");
+    scaling = &*it;
+  }
+  if (params != nullptr && params->contains("rope_theta"))
+    rope.theta = get_number(*params, "rope_theta", " in rope_parameters");
+  else if (j.contains("rope_theta") && !j["rope_theta"].is_null())
+    rope.theta = get_number(j, "rope_theta", "");
+  const json* typed = params != nullptr ? params : scaling;
+  std::string type = "default";
+  if (typed != nullptr) {
+    auto t = typed->find("rope_type");
+    if (t == typed->end()) t = typed->find("type");
+    if (t != typed->end() && !t->is_null()) {
+      if (!t->is_string()) config_error("rope type must be a string");
+      type = t->get<std::string>();
+    }
+  }
+  if (type == "default") {
+    rope.type = RopeType::kDefault;
+  } else if (type == "llama3") {
+    const char* where = params != nullptr ? " in rope_parameters" : " in rope_scaling";
+    rope.type = RopeType::kLlama3;
+    rope.factor = get_number(*typed, "factor", where);
+    rope.low_freq_factor = get_number(*typed, "low_freq_factor", where);
+    rope.high_freq_factor = get_number(*typed, "high_freq_factor", where);
+    rope.original_max_position =
+        static_cast<int64_t>(get_number(*typed, "original_max_position_embeddings", where));
+  } else {
+    config_error(fmt::format("unsupported rope type '{}' (supported: default, llama3)", type));
+  }
+  if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null() &&
+      j["partial_rotary_factor"].get<double>() != 1.0)
+    config_error("unsupported partial_rotary_factor (only 1.0)");
+  return rope;
+}
+
+void check_unsupported_features(const json& j, Arch arch) {
+  std::string act = "silu";
+  if (auto it = j.find("hidden_act"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) config_error("'hidden_act' must be a string");
+    act = it->get<std::string>();
+  }
+  if (act != "silu") config_error(fmt::format("unsupported activation '{}' (only silu)", act));
+  bool windowed_arch = arch == Arch::kQwen2 || arch == Arch::kQwen3;
+  bool window_set = j.contains("sliding_window") && !j["sliding_window"].is_null();
+  // Qwen2/Qwen3 carry a sliding_window value that only applies when
+  // use_sliding_window is true; Llama/Mistral apply it whenever it is set.
+  if (windowed_arch ? get_bool_or(j, "use_sliding_window", false) : window_set)
+    config_error(fmt::format("sliding-window attention is not supported (sliding_window = {})",
+                             window_set ? j["sliding_window"].dump() : "set"));
+  if (get_bool_or(j, "mlp_bias", false)) config_error("unsupported mlp_bias = true");
+}
+
+std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
+  std::vector<int32_t> ids;
+  if (v.is_null()) return ids;
+  if (v.is_number_integer()) {
+    ids.push_back(v.get<int32_t>());
+  } else if (v.is_array()) {
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) config_error(fmt::format("'{}' must hold integers", key));
+      ids.push_back(e.get<int32_t>());
+    }
+  } else {
+    config_error(fmt::format("'{}' must be an integer or a list of integers", key));
+  }
+  return ids;
+}
+
+json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read {}", path.string());
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    LS_FAIL(ErrorKind::kModel, "{} is not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+}  // namespace
+
+const char* arch_name(Arch a) { return arch_entry(a).short_name; }
+const char* arch_hf_class(Arch a) { return arch_entry(a).hf_class; }
+
+Arch parse_arch_short_name(const std::string& s) {
+  for (const auto& e : kArchs)
+    if (s == e.short_name) return e.arch;
+  LS_FAIL(ErrorKind::kInvalidArgument, "unknown architecture '{}' (expected llama, mistral, qwen2 or qwen3)", s);
+}
+
+ModelConfig parse_model_config(const json& j) {
+  if (!j.is_object()) config_error("top level must be a JSON object");
+  ModelConfig c;
+  c.arch = parse_architecture(j);
+  check_unsupported_features(j, c.arch);
+  c.hidden_size = get_int(j, "hidden_size");
+  c.intermediate_size = get_int(j, "intermediate_size");
+  c.num_layers = get_int(j, "num_hidden_layers");
+  c.num_heads = get_int(j, "num_attention_heads");
+  c.num_kv_heads = get_int_or(j, "num_key_value_heads", c.num_heads);
+  c.vocab_size = get_int(j, "vocab_size");
+  if (c.num_heads <= 0) config_error("num_attention_heads must be positive");
+  c.head_dim = get_int_or(j, "head_dim", c.hidden_size / c.num_heads);
+  c.max_position_embeddings =
+      get_int_or(j, "max_position_embeddings", arch_entry(c.arch).default_max_positions);
+  c.rms_norm_eps = get_number(j, "rms_norm_eps", " (the RMSNorm epsilon is always read from the config)");
+  c.rope = parse_rope(j);
+  c.tie_word_embeddings = get_bool_or(j, "tie_word_embeddings", false);
+  bool attention_bias = get_bool_or(j, "attention_bias", false);
+  c.qkv_bias = c.arch == Arch::kQwen2 || attention_bias;
+  c.o_bias = c.arch != Arch::kQwen2 && attention_bias;
+  c.qk_norm = c.arch == Arch::kQwen3;
+  const json* dt = nullptr;
+  if (auto it = j.find("dtype"); it != j.end() && it->is_string()) dt = &*it;
+  else if (auto it2 = j.find("torch_dtype"); it2 != j.end() && it2->is_string()) dt = &*it2;
+  c.dtype = dt != nullptr ? parse_dtype_name(dt->get<std::string>()) : DType::kF32;
+  if (j.contains("eos_token_id")) c.eos_token_ids = parse_token_ids(j["eos_token_id"], "eos_token_id");
+  if (j.contains("bos_token_id")) {
+    auto bos = parse_token_ids(j["bos_token_id"], "bos_token_id");
+    if (!bos.empty()) c.bos_token_id = bos[0];
+  }
+  c.validate();
+  return c;
+}
+
+void ModelConfig::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    if (v <= 0) config_error(fmt::format("'{}' must be positive, got {}", name, v));
+  };
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_layers, "num_hidden_layers");
+  positive(num_heads, "num_attention_heads");
+  positive(num_kv_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  positive(vocab_size, "vocab_size");
+  positive(max_position_embeddings, "max_position_embeddings");
+  if (num_heads % num_kv_heads != 0)
+    config_error(fmt::format("num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
+                             num_heads, num_kv_heads));
+  if (head_dim % 2 != 0) config_error(fmt::format("head_dim must be even for RoPE, got {}", head_dim));
+  if (vocab_size > INT32_MAX) config_error("vocab_size too large");
+  if (!(rms_norm_eps > 0.0) || !std::isfinite(rms_norm_eps))
+    config_error(fmt::format("rms_norm_eps must be positive, got {}", rms_norm_eps));
+  if (!(rope.theta > 0.0)) config_error(fmt::format("rope_theta must be positive, got {}", rope.theta));
+  if (rope.type == RopeType::kLlama3 &&
+      (!(rope.factor > 0) || !(rope.high_freq_factor > rope.low_freq_factor) ||
+       !(rope.low_freq_factor > 0) || rope.original_max_position <= 0))
+    config_error("invalid llama3 rope scaling parameters");
+  for (int32_t id : eos_token_ids)
+    if (id < 0 || id >= vocab_size) config_error(fmt::format("eos_token_id {} outside the vocabulary", id));
+}
+
+std::string ModelConfig::summary() const {
+  return fmt::format(
+      "{} hidden={} intermediate={} layers={} heads={} kv_heads={} head_dim={} vocab={} "
+      "max_pos={} eps={} rope={}(theta={}{}) tied={} qkv_bias={} o_bias={} qk_norm={} dtype={}",
+      arch_name(arch), hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
+      vocab_size, max_position_embeddings, rms_norm_eps,
+      rope.type == RopeType::kLlama3 ? "llama3" : "default", rope.theta,
+      rope.type == RopeType::kLlama3 ? fmt::format(", factor={}", rope.factor) : "",
+      tie_word_embeddings, qkv_bias, o_bias, qk_norm, dtype_name(dtype));
+}
+
+ModelConfig load_model_config(const std::filesystem::path& model_dir) {
+  LS_REQUIRE(std::filesystem::is_directory(model_dir), ErrorKind::kIo, "model folder not found: {}",
+             model_dir.string());
+  auto config_path = model_dir / "config.json";
+  LS_REQUIRE(std::filesystem::exists(config_path), ErrorKind::kIo, "missing {}", config_path.string());
+  ModelConfig c = parse_model_config(read_json_file(config_path));
+  auto gen_path = model_dir / "generation_config.json";
+  if (std::filesystem::exists(gen_path)) {
+    json g = read_json_file(gen_path);
+    if (g.is_object() && g.contains("eos_token_id")) {
+      c.eos_token_ids = parse_token_ids(g["eos_token_id"], "eos_token_id");
+      c.validate();
+    }
+  }
+  return c;
+}
+
+std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
+  std::vector<float> out(static_cast<size_t>(head_dim / 2));
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    double inv = 1.0 / std::pow(rope.theta, static_cast<double>(2 * i) / static_cast<double>(head_dim));
+    if (rope.type == RopeType::kLlama3) {
+      double low_wavelen = static_cast<double>(rope.original_max_position) / rope.low_freq_factor;
+      double high_wavelen = static_cast<double>(rope.original_max_position) / rope.high_freq_factor;
+      double wavelen = 2.0 * std::numbers::pi / inv;
+      if (wavelen > low_wavelen) {
+        inv = inv / rope.factor;
+      } else if (wavelen >= high_wavelen) {  // between the two: interpolate smoothly
+        double smooth = (static_cast<double>(rope.original_max_position) / wavelen - rope.low_freq_factor) /
+                        (rope.high_freq_factor - rope.low_freq_factor);
+        inv = (1.0 - smooth) * inv / rope.factor + smooth * inv;
+      }
+    }
+    out[static_cast<size_t>(i)] = static_cast<float>(inv);
+  }
+  return out;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,80 @@
+#include "engine/engine.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+
+namespace lockstep {
+
+void EngineOptions::validate() const {
+  LS_REQUIRE(!model_dir.empty(), ErrorKind::kInvalidArgument, "--model is required");
+  LS_REQUIRE(backend == "cpu", ErrorKind::kInvalidArgument, "unknown backend '{}' (this build has: cpu)", backend);
+  LS_REQUIRE(max_seq_len >= 0, ErrorKind::kInvalidArgument, "--max-seq-len must be >= 0, got {}", max_seq_len);
+  LS_REQUIRE(max_batch >= 1, ErrorKind::kInvalidArgument, "--max-batch must be >= 1, got {}", max_batch);
+  LS_REQUIRE(max_step_tokens >= 1, ErrorKind::kInvalidArgument, "step token limit must be >= 1, got {}",
+             max_step_tokens);
+  LS_REQUIRE(kv_cache_bytes >= 0, ErrorKind::kInvalidArgument, "KV cache budget must be >= 0");
+}
+
+std::string EngineOptions::summary() const {
+  return fmt::format("model={} backend={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
+                     model_dir.string(), backend, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
+                     max_batch, max_step_tokens,
+                     kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes));
+}
+
+int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const EngineOptions& o, size_t act_bytes,
+                            int local_ranks) {
+  int64_t budget = o.kv_cache_bytes;
+  if (budget == 0) {
+    int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+    budget = phys / 4 / std::max(1, local_ranks);
+  }
+  const int64_t per_position = 2 * c.num_layers * o.max_batch * p.kv_heads_local * c.head_dim *
+                               static_cast<int64_t>(act_bytes);
+  const int64_t fits = std::max<int64_t>(budget / per_position, 0);
+  if (o.max_seq_len > 0) {
+    LS_REQUIRE(o.max_seq_len <= c.max_position_embeddings, ErrorKind::kInvalidArgument,
+               "--max-seq-len {} exceeds the model's max_position_embeddings {}", o.max_seq_len,
+               c.max_position_embeddings);
+    LS_REQUIRE(o.max_seq_len <= fits, ErrorKind::kInvalidArgument,
+               "--max-seq-len {} needs {} bytes of KV cache per rank, over the budget of {} bytes", o.max_seq_len,
+               o.max_seq_len * per_position, budget);
+    return o.max_seq_len;
+  }
+  LS_REQUIRE(fits >= 1, ErrorKind::kInvalidArgument, "the KV cache budget of {} bytes holds no position", budget);
+  if (fits < c.max_position_embeddings)
+    spdlog::warn("KV cache capped at {} positions (the model allows {}): budget {} bytes", fits,
+                 c.max_position_embeddings, budget);
+  return std::min(fits, c.max_position_embeddings);
+}
+
+Engine::Engine(const EngineOptions& options, Communicator& comm) {
+  auto start = std::chrono::steady_clock::now();
+  options.validate();
+  config_ = load_model_config(options.model_dir);
+  spdlog::info("model: {}", config_.summary());
+  plan_ = ShardPlan::make(config_, comm.rank(), comm.size());
+  spdlog::debug("shard plan: {}", plan_.summary());
+  backend_ = make_cpu_backend();
+  RunnerLimits limits{.max_slots = options.max_batch,
+                      .max_seq = resolve_max_seq_len(config_, plan_, options, dtype_size(backend_->act_dtype()),
+                                                     comm.size()),
+                      .max_step_tokens = options.max_step_tokens,
+                      .max_logit_rows = std::max(options.max_batch, std::min<int64_t>(options.max_step_tokens, 64))};
+  store_ = std::make_unique<TensorStore>(options.model_dir);
+  ModelWeights weights = load_weights(*store_, config_, plan_, comm, *backend_, &load_stats_);
+  spdlog::debug("read {} of {} sharded checkpoint bytes, {} replicated bytes", load_stats_.sharded_bytes_read,
+                load_stats_.sharded_bytes_in_checkpoint, load_stats_.replicated_bytes_read);
+  runner_ = std::make_unique<Runner>(config_, plan_, std::move(weights), *backend_, limits, options.diag);
+  group_ = std::make_unique<TpGroup>(comm, *runner_);
+  load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("loaded in {:.2f} s: backend {}, {} rank(s) via {}, context {} positions, batch {}", load_seconds_,
+               backend_->name(), comm.size(), comm.name(), limits.max_seq, limits.max_slots);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,62 @@
+// Assembles one rank's engine from a model folder: config, shard plan,
+// checkpoint, backend, weights, runner and the tensor-parallel group.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "engine/batch.h"
+#include "engine/config.h"
+#include "engine/io/safetensors.h"
+#include "engine/runner.h"
+#include "engine/weights.h"
+#include "tp/communicator.h"
+#include "tp/group.h"
+#include "tp/sharding.h"
+
+namespace lockstep {
+
+struct EngineOptions {
+  std::filesystem::path model_dir;
+  std::string backend = "cpu";
+  int64_t max_seq_len = 0;       // 0: the config's max_position_embeddings, capped by kv_cache_bytes
+  int64_t max_batch = 1;         // sequences at once
+  int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
+  int64_t kv_cache_bytes = 0;    // 0: a quarter of this machine's memory, shared by its ranks
+  Diagnostics diag;
+  void validate() const;
+  std::string summary() const;
+};
+
+class Engine {
+ public:
+  // Every check that does not need data (config, TP divisibility, shapes,
+  // context length) runs on every rank before the first collective.
+  Engine(const EngineOptions& options, Communicator& comm);
+
+  const ModelConfig& config() const { return config_; }
+  const ShardPlan& plan() const { return plan_; }
+  const LoadStats& load_stats() const { return load_stats_; }
+  TpGroup& group() { return *group_; }
+  double load_seconds() const { return load_seconds_; }
+
+ private:
+  ModelConfig config_;
+  ShardPlan plan_;
+  std::unique_ptr<TensorStore> store_;
+  std::unique_ptr<Backend> backend_;
+  LoadStats load_stats_;
+  std::unique_ptr<Runner> runner_;
+  std::unique_ptr<TpGroup> group_;
+  double load_seconds_ = 0.0;
+};
+
+// Resolves the KV-cache length: the requested one (refused when it exceeds
+// the budget or the model's positions) or the model's, capped by the budget.
+int64_t resolve_max_seq_len(const ModelConfig& config, const ShardPlan& plan, const EngineOptions& options,
+                            size_t act_bytes, int local_ranks);
+
+}  // namespace lockstep

@@ -1,0 +1,252 @@
+#include "engine/runner.h"
+
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+
+namespace lockstep {
+
+namespace {
+
+Buffer alloc_elems(Backend& b, int64_t count, DType t) {
+  return b.alloc(count * static_cast<int64_t>(dtype_size(t)));
+}
+
+}  // namespace
+
+Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights weights, Backend& backend,
+               RunnerLimits limits, Diagnostics diag)
+    : config_(config),
+      plan_(plan),
+      weights_(std::move(weights)),
+      backend_(backend),
+      limits_(limits),
+      diag_(diag),
+      act_(backend.act_dtype()) {
+  limits_.validate();
+  const int64_t T = limits_.max_step_tokens;
+  const int64_t hd = config_.head_dim;
+  inv_freq_host_ = rope_inv_freq(config_.rope, hd);
+  inv_freq_ = backend_.upload(inv_freq_host_, DType::kF32);
+  const KvCacheShape cs = cache_shape();
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    k_cache_.push_back(alloc_elems(backend_, cs.num_slots * cs.slot_stride(), act_));
+    v_cache_.push_back(alloc_elems(backend_, cs.num_slots * cs.slot_stride(), act_));
+  }
+  ids_ = alloc_elems(backend_, T, DType::kF32);  // int32 arrays: 4-byte elements
+  slots_ = alloc_elems(backend_, T, DType::kF32);
+  positions_ = alloc_elems(backend_, T, DType::kF32);
+  logit_rows_buf_ = alloc_elems(backend_, limits_.max_logit_rows, DType::kF32);
+  const int64_t hidden = config_.hidden_size;
+  residual_ = alloc_elems(backend_, T * hidden, act_);
+  normed_ = alloc_elems(backend_, T * hidden, act_);
+  qkv_ = alloc_elems(backend_, T * (plan_.q_heads_local + 2 * plan_.kv_heads_local) * hd, act_);
+  attn_ = alloc_elems(backend_, T * plan_.q_heads_local * hd, act_);
+  partial_ = alloc_elems(backend_, T * hidden, act_);
+  gate_up_ = alloc_elems(backend_, T * 2 * plan_.inter_local, act_);
+  act_buf_ = alloc_elems(backend_, T * plan_.inter_local, act_);
+  lm_in_ = alloc_elems(backend_, limits_.max_logit_rows * hidden, act_);
+  logits_ = alloc_elems(backend_, limits_.max_logit_rows * plan_.vocab_local, act_);
+}
+
+KvCacheShape Runner::cache_shape() const {
+  return KvCacheShape{.num_slots = limits_.max_slots,
+                      .max_seq = limits_.max_seq,
+                      .num_kv_heads = plan_.kv_heads_local,
+                      .head_dim = config_.head_dim};
+}
+
+void Runner::set_batch(const BatchDesc& b) {
+  const int64_t n = b.size();
+  LS_REQUIRE(n > 0, ErrorKind::kInvalidArgument, "empty batch");
+  LS_REQUIRE(static_cast<int64_t>(b.slots.size()) == n && static_cast<int64_t>(b.positions.size()) == n,
+             ErrorKind::kInternal, "batch arrays differ in length");
+  LS_REQUIRE(n <= limits_.max_step_tokens, ErrorKind::kInvalidArgument,
+             "batch of {} tokens exceeds the step limit of {}", n, limits_.max_step_tokens);
+  LS_REQUIRE(static_cast<int64_t>(b.logit_rows.size()) <= limits_.max_logit_rows, ErrorKind::kInvalidArgument,
+             "{} logit rows exceed the limit of {}", b.logit_rows.size(), limits_.max_logit_rows);
+  for (int64_t i = 0; i < n; ++i) {
+    LS_REQUIRE(b.tokens[i] >= 0 && b.tokens[i] < config_.vocab_size, ErrorKind::kInvalidArgument,
+               "token id {} is outside the vocabulary [0, {})", b.tokens[i], config_.vocab_size);
+    LS_REQUIRE(b.slots[i] >= 0 && b.slots[i] < limits_.max_slots, ErrorKind::kInvalidArgument,
+               "sequence slot {} outside [0, {})", b.slots[i], limits_.max_slots);
+    LS_REQUIRE(b.positions[i] >= 0 && b.positions[i] < limits_.max_seq, ErrorKind::kInvalidArgument,
+               "position {} is beyond the context length {}", b.positions[i], limits_.max_seq);
+  }
+  for (int32_t r : b.logit_rows)
+    LS_REQUIRE(r >= 0 && r < n, ErrorKind::kInternal, "logit row {} outside the batch", r);
+  backend_.to_backend(ids_.data(), b.tokens.data(), n * 4);
+  backend_.to_backend(slots_.data(), b.slots.data(), n * 4);
+  backend_.to_backend(positions_.data(), b.positions.data(), n * 4);
+  if (!b.logit_rows.empty())
+    backend_.to_backend(logit_rows_buf_.data(), b.logit_rows.data(), static_cast<int64_t>(b.logit_rows.size()) * 4);
+  tokens_ = n;
+  logit_rows_ = static_cast<int64_t>(b.logit_rows.size());
+  if (diag_.shapes || diag_.attn) log_batch_diagnostics(b);
+}
+
+void Runner::embed() {
+  backend_.embedding(EmbeddingParams{.ids = ids_.as<int32_t>(),
+                                     .table = weights_.embed.data(),
+                                     .out = residual_.data(),
+                                     .tokens = tokens_,
+                                     .hidden = config_.hidden_size,
+                                     .row_begin = plan_.vocab_begin,
+                                     .rows_local = plan_.vocab_local,
+                                     .dtype = act_});
+}
+
+void Runner::first_norm() {
+  backend_.rms_norm(RmsNormParams{.x = residual_.data(),
+                                  .weight = weights_.layers[0].input_norm.data(),
+                                  .out = normed_.data(),
+                                  .rows = tokens_,
+                                  .cols = config_.hidden_size,
+                                  .eps = static_cast<float>(config_.rms_norm_eps),
+                                  .dtype = act_});
+}
+
+void Runner::pre_o_proj(int64_t layer) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t hd = config_.head_dim;
+  const int64_t qkv_width = (plan_.q_heads_local + 2 * plan_.kv_heads_local) * hd;
+  backend_.linear(LinearParams{.x = normed_.data(),
+                               .weight = w.qkv.data(),
+                               .bias = w.qkv_bias.data(),
+                               .y = qkv_.data(),
+                               .rows = tokens_,
+                               .in_features = config_.hidden_size,
+                               .out_features = qkv_width,
+                               .act_dtype = act_,
+                               .weight_dtype = backend_.weight_dtype()});
+  backend_.qk_norm_rope(QkNormRopeParams{.qkv = qkv_.data(),
+                                         .positions = positions_.as<int32_t>(),
+                                         .inv_freq = inv_freq_.as<float>(),
+                                         .q_norm_weight = w.q_norm.data(),
+                                         .k_norm_weight = w.k_norm.data(),
+                                         .tokens = tokens_,
+                                         .num_heads = plan_.q_heads_local,
+                                         .num_kv_heads = plan_.kv_heads_local,
+                                         .head_dim = hd,
+                                         .eps = static_cast<float>(config_.rms_norm_eps),
+                                         .dtype = act_});
+  const KvCacheShape cs = cache_shape();
+  const size_t l = static_cast<size_t>(layer);
+  backend_.kv_append(KvAppendParams{.qkv = qkv_.data(),
+                                    .k_cache = k_cache_[l].data(),
+                                    .v_cache = v_cache_[l].data(),
+                                    .slots = slots_.as<int32_t>(),
+                                    .positions = positions_.as<int32_t>(),
+                                    .tokens = tokens_,
+                                    .num_heads = plan_.q_heads_local,
+                                    .cache = cs,
+                                    .dtype = act_});
+  backend_.attention(AttentionParams{.qkv = qkv_.data(),
+                                     .k_cache = k_cache_[l].data(),
+                                     .v_cache = v_cache_[l].data(),
+                                     .slots = slots_.as<int32_t>(),
+                                     .positions = positions_.as<int32_t>(),
+                                     .out = attn_.data(),
+                                     .tokens = tokens_,
+                                     .num_heads = plan_.q_heads_local,
+                                     .cache = cs,
+                                     .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+                                     .dtype = act_});
+}
+
+void Runner::o_proj(int64_t layer) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  // o_proj is row-parallel: its (replicated) bias is added by rank 0 only,
+  // so the all-reduce that follows adds it exactly once.
+  backend_.linear(LinearParams{.x = attn_.data(),
+                               .weight = w.o_proj.data(),
+                               .bias = plan_.rank == 0 ? w.o_bias.data() : nullptr,
+                               .y = partial_.data(),
+                               .rows = tokens_,
+                               .in_features = plan_.q_heads_local * config_.head_dim,
+                               .out_features = config_.hidden_size,
+                               .act_dtype = act_,
+                               .weight_dtype = backend_.weight_dtype()});
+}
+
+void Runner::post_attention_norm(int64_t layer) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  backend_.rms_norm(RmsNormParams{.x = partial_.data(),
+                                  .residual = residual_.data(),
+                                  .residual_out = residual_.data(),
+                                  .weight = w.post_attn_norm.data(),
+                                  .out = normed_.data(),
+                                  .rows = tokens_,
+                                  .cols = config_.hidden_size,
+                                  .eps = static_cast<float>(config_.rms_norm_eps),
+                                  .dtype = act_});
+}
+
+void Runner::mlp(int64_t layer) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  backend_.linear(LinearParams{.x = normed_.data(),
+                               .weight = w.gate_up.data(),
+                               .y = gate_up_.data(),
+                               .rows = tokens_,
+                               .in_features = config_.hidden_size,
+                               .out_features = 2 * plan_.inter_local,
+                               .act_dtype = act_,
+                               .weight_dtype = backend_.weight_dtype()});
+  backend_.silu_mul(SiluMulParams{.gate_up = gate_up_.data(),
+                                  .out = act_buf_.data(),
+                                  .rows = tokens_,
+                                  .inter = plan_.inter_local,
+                                  .dtype = act_});
+  backend_.linear(LinearParams{.x = act_buf_.data(),
+                               .weight = w.down.data(),
+                               .y = partial_.data(),
+                               .rows = tokens_,
+                               .in_features = plan_.inter_local,
+                               .out_features = config_.hidden_size,
+                               .act_dtype = act_,
+                               .weight_dtype = backend_.weight_dtype()});
+}
+
+void Runner::post_mlp_norm(int64_t layer) {
+  const bool last = layer + 1 == config_.num_layers;
+  const Buffer& next_norm =
+      last ? weights_.final_norm : weights_.layers[static_cast<size_t>(layer + 1)].input_norm;
+  backend_.rms_norm(RmsNormParams{.x = partial_.data(),
+                                  .residual = residual_.data(),
+                                  .residual_out = residual_.data(),
+                                  .weight = next_norm.data(),
+                                  .out = normed_.data(),
+                                  .rows = tokens_,
+                                  .cols = config_.hidden_size,
+                                  .eps = static_cast<float>(config_.rms_norm_eps),
+                                  .dtype = act_});
+}
+
+void Runner::lm_head() {
+  if (logit_rows_ == 0) return;
+  // Gather the rows that need logits (the embedding op is a row gather).
+  backend_.embedding(EmbeddingParams{.ids = logit_rows_buf_.as<int32_t>(),
+                                     .table = normed_.data(),
+                                     .out = lm_in_.data(),
+                                     .tokens = logit_rows_,
+                                     .hidden = config_.hidden_size,
+                                     .row_begin = 0,
+                                     .rows_local = tokens_,
+                                     .dtype = act_});
+  backend_.linear(LinearParams{.x = lm_in_.data(),
+                               .weight = weights_.lm_head_weight().data(),
+                               .y = logits_.data(),
+                               .rows = logit_rows_,
+                               .in_features = config_.hidden_size,
+                               .out_features = plan_.vocab_local,
+                               .act_dtype = act_,
+                               .weight_dtype = backend_.weight_dtype()});
+}
+
+Runner::Span Runner::embedding_partial() const { return {residual_.data(), tokens_ * config_.hidden_size}; }
+Runner::Span Runner::layer_partial() const { return {partial_.data(), tokens_ * config_.hidden_size}; }
+Runner::Span Runner::logits_local() const { return {logits_.data(), logit_rows_ * plan_.vocab_local}; }
+
+}  // namespace lockstep

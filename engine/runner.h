@@ -1,0 +1,76 @@
+// One rank's model: its weights, KV cache and activation buffers, and the
+// sub-phases of the layer sequence. The tensor-parallel group (tp/group.h)
+// calls the sub-phases in order and puts its collectives between them; the
+// runner itself never communicates.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/batch.h"
+#include "engine/config.h"
+#include "engine/weights.h"
+#include "tp/sharding.h"
+
+namespace lockstep {
+
+class Runner {
+ public:
+  Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights weights, Backend& backend,
+         RunnerLimits limits, Diagnostics diag);
+
+  // Checks the batch against the model and the limits (ids in the
+  // vocabulary, slots and positions in range) and copies it to the backend.
+  void set_batch(const BatchDesc& batch);
+
+  // The sub-phases, in the order the group calls them.
+  void embed();                        // residual <- this rank's share of the embedding
+  void first_norm();                   // normed <- rms_norm(residual) · input_norm[0]
+  void pre_o_proj(int64_t layer);      // QKV (+bias), q/k norm, RoPE, KV append, attention
+  void o_proj(int64_t layer);          // partial <- attention · o_projᵀ (row-parallel)
+  void post_attention_norm(int64_t layer);  // residual += partial; normed <- norm
+  void mlp(int64_t layer);             // partial <- down(silu(gate) · up) (row-parallel)
+  void post_mlp_norm(int64_t layer);   // residual += partial; normed <- next layer's / final norm
+  void lm_head();                      // logits_local <- normed[logit rows] · lm_headᵀ
+
+  // The buffers the group's collectives work on (backend memory, act dtype).
+  struct Span {
+    void* data;
+    int64_t count;
+  };
+  Span embedding_partial() const;  // [tokens, hidden], summed over ranks
+  Span layer_partial() const;      // [tokens, hidden], summed over ranks
+  Span logits_local() const;       // [logit rows, vocab_local]
+
+  const ModelConfig& config() const { return config_; }
+  const ShardPlan& plan() const { return plan_; }
+  const RunnerLimits& limits() const { return limits_; }
+  Backend& backend() { return backend_; }
+  const Diagnostics& diagnostics() const { return diag_; }
+  int64_t batch_tokens() const { return tokens_; }
+  int64_t batch_logit_rows() const { return logit_rows_; }
+  // Logs what --diag asked for after a layer (called by the group).
+  void log_layer_diagnostics(int64_t layer, double seconds);
+
+ private:
+  KvCacheShape cache_shape() const;
+  void log_batch_diagnostics(const BatchDesc& batch) const;
+
+  ModelConfig config_;
+  ShardPlan plan_;
+  ModelWeights weights_;
+  Backend& backend_;
+  RunnerLimits limits_;
+  Diagnostics diag_;
+  DType act_;
+  std::vector<float> inv_freq_host_;
+  Buffer inv_freq_;
+  std::vector<Buffer> k_cache_, v_cache_;  // per layer
+  Buffer ids_, slots_, positions_, logit_rows_buf_;
+  Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_;
+  int64_t tokens_ = 0;
+  int64_t logit_rows_ = 0;
+};
+
+}  // namespace lockstep

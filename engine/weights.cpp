@@ -1,0 +1,188 @@
+#include "engine/weights.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/error.h"
+
+namespace lockstep {
+
+namespace {
+
+std::string layer_name(int64_t layer, const char* suffix) {
+  return fmt::format("model.layers.{}.{}", layer, suffix);
+}
+
+void expect_shape(const TensorStore& store, const std::string& name, std::vector<int64_t> shape) {
+  const TensorInfo& t = store.info(name);
+  LS_REQUIRE(t.shape == shape, ErrorKind::kModel, "tensor '{}' has shape [{}], the config implies [{}]",
+             name, fmt::join(t.shape, ", "), fmt::join(shape, ", "));
+}
+
+// FNV-1a over the bytes of every replicated weight, in load order.
+uint64_t fnv1a(uint64_t h, const std::vector<float>& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+class WeightReader {
+ public:
+  WeightReader(const TensorStore& store, const ModelConfig& config, const ShardPlan& plan, Communicator& comm,
+               Backend& backend, LoadStats* stats)
+      : store_(store), config_(config), plan_(plan), comm_(comm), backend_(backend), stats_(stats) {}
+
+  // Rows [begin, begin + count) of several tensors, concatenated.
+  struct RowSlice {
+    std::string name;
+    int64_t begin;
+    int64_t count;
+  };
+  Buffer rows(const std::vector<RowSlice>& slices, int64_t cols, DType dtype) {
+    int64_t total = 0;
+    for (const auto& s : slices) total += s.count;
+    std::vector<float> host(static_cast<size_t>(total * cols), 0.0f);
+    int64_t at = 0;
+    for (const auto& s : slices) {
+      read_sharded(s.name, s.begin, s.begin + s.count, 0, cols, host.data() + at * cols);
+      at += s.count;
+    }
+    return backend_.upload(host, dtype);
+  }
+
+  DType weight_dtype() const { return backend_.weight_dtype(); }
+
+  // Columns [begin, begin + count) of a [rows, cols] tensor.
+  Buffer cols(const std::string& name, int64_t rows, int64_t begin, int64_t count) {
+    std::vector<float> host(static_cast<size_t>(rows * count));
+    read_sharded(name, 0, rows, begin, begin + count, host.data());
+    return backend_.upload(host, backend_.weight_dtype());
+  }
+
+  // Vocab-parallel table: this rank's rows, padding rows left zero.
+  Buffer vocab_rows(const std::string& name) {
+    std::vector<float> host(static_cast<size_t>(plan_.vocab_local * config_.hidden_size), 0.0f);
+    int64_t real = plan_.vocab_real_local();
+    if (real > 0) read_sharded(name, plan_.vocab_begin, plan_.vocab_begin + real, 0, config_.hidden_size, host.data());
+    return backend_.upload(host, backend_.weight_dtype());
+  }
+
+  // Read by rank 0 and broadcast; folded into the replicated checksum.
+  Buffer replicated(const std::string& name, int64_t numel, DType dtype) {
+    std::vector<float> host(static_cast<size_t>(numel));
+    if (comm_.rank() == 0) {
+      uint64_t before = store_.bytes_read();
+      store_.read_block(name, 0, numel, 0, 1, host.data());
+      stats_->replicated_bytes_read += store_.bytes_read() - before;
+    }
+    comm_.broadcast(host.data(), numel * 4, 0);
+    stats_->replicated_checksum = fnv1a(stats_->replicated_checksum, host);
+    return backend_.upload(host, dtype);
+  }
+
+ private:
+  void read_sharded(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* dst) {
+    uint64_t before = store_.bytes_read();
+    store_.read_block(name, r0, r1, c0, c1, dst);
+    stats_->sharded_bytes_read += store_.bytes_read() - before;
+  }
+
+  const TensorStore& store_;
+  const ModelConfig& config_;
+  const ShardPlan& plan_;
+  Communicator& comm_;
+  Backend& backend_;
+  LoadStats* stats_;
+};
+
+LayerWeights load_layer(WeightReader& r, const ModelConfig& c, const ShardPlan& p, int64_t l, DType act) {
+  const int64_t hd = c.head_dim;
+  const int64_t hidden = c.hidden_size;
+  LayerWeights w;
+  w.input_norm = r.replicated(layer_name(l, "input_layernorm.weight"), hidden, act);
+  w.post_attn_norm = r.replicated(layer_name(l, "post_attention_layernorm.weight"), hidden, act);
+  if (c.qk_norm) {
+    w.q_norm = r.replicated(layer_name(l, "self_attn.q_norm.weight"), hd, act);
+    w.k_norm = r.replicated(layer_name(l, "self_attn.k_norm.weight"), hd, act);
+  }
+  auto qkv_slices = [&](const char* suffix) {
+    return std::vector<WeightReader::RowSlice>{
+        {layer_name(l, fmt::format("self_attn.q_proj.{}", suffix).c_str()), p.q_head_begin * hd, p.q_heads_local * hd},
+        {layer_name(l, fmt::format("self_attn.k_proj.{}", suffix).c_str()), p.kv_head_begin * hd, p.kv_heads_local * hd},
+        {layer_name(l, fmt::format("self_attn.v_proj.{}", suffix).c_str()), p.kv_head_begin * hd, p.kv_heads_local * hd}};
+  };
+  w.qkv = r.rows(qkv_slices("weight"), hidden, r.weight_dtype());
+  if (c.qkv_bias) w.qkv_bias = r.rows(qkv_slices("bias"), 1, act);
+  w.o_proj = r.cols(layer_name(l, "self_attn.o_proj.weight"), hidden, p.q_head_begin * hd, p.q_heads_local * hd);
+  if (c.o_bias) w.o_bias = r.replicated(layer_name(l, "self_attn.o_proj.bias"), hidden, act);
+  w.gate_up = r.rows({{layer_name(l, "mlp.gate_proj.weight"), p.inter_begin, p.inter_local},
+                      {layer_name(l, "mlp.up_proj.weight"), p.inter_begin, p.inter_local}},
+                     hidden, r.weight_dtype());
+  w.down = r.cols(layer_name(l, "mlp.down_proj.weight"), hidden, p.inter_begin, p.inter_local);
+  return w;
+}
+
+// Bytes of every tensor that is split across ranks.
+uint64_t sharded_checkpoint_bytes(const TensorStore& store, const ModelConfig& c) {
+  uint64_t total = store.info("model.embed_tokens.weight").nbytes();
+  if (!c.tie_word_embeddings) total += store.info("lm_head.weight").nbytes();
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (const char* s : {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                          "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                          "mlp.down_proj.weight"})
+      total += store.info(layer_name(l, s)).nbytes();
+  return total;
+}
+
+}  // namespace
+
+void check_checkpoint_shapes(const TensorStore& store, const ModelConfig& c) {
+  const int64_t h = c.hidden_size;
+  expect_shape(store, "model.embed_tokens.weight", {c.vocab_size, h});
+  expect_shape(store, "model.norm.weight", {h});
+  if (!c.tie_word_embeddings) expect_shape(store, "lm_head.weight", {c.vocab_size, h});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    expect_shape(store, layer_name(l, "input_layernorm.weight"), {h});
+    expect_shape(store, layer_name(l, "post_attention_layernorm.weight"), {h});
+    expect_shape(store, layer_name(l, "self_attn.q_proj.weight"), {c.q_dim(), h});
+    expect_shape(store, layer_name(l, "self_attn.k_proj.weight"), {c.kv_dim(), h});
+    expect_shape(store, layer_name(l, "self_attn.v_proj.weight"), {c.kv_dim(), h});
+    expect_shape(store, layer_name(l, "self_attn.o_proj.weight"), {h, c.q_dim()});
+    if (c.qkv_bias) {
+      expect_shape(store, layer_name(l, "self_attn.q_proj.bias"), {c.q_dim()});
+      expect_shape(store, layer_name(l, "self_attn.k_proj.bias"), {c.kv_dim()});
+      expect_shape(store, layer_name(l, "self_attn.v_proj.bias"), {c.kv_dim()});
+    }
+    if (c.o_bias) expect_shape(store, layer_name(l, "self_attn.o_proj.bias"), {h});
+    if (c.qk_norm) {
+      expect_shape(store, layer_name(l, "self_attn.q_norm.weight"), {c.head_dim});
+      expect_shape(store, layer_name(l, "self_attn.k_norm.weight"), {c.head_dim});
+    }
+    expect_shape(store, layer_name(l, "mlp.gate_proj.weight"), {c.intermediate_size, h});
+    expect_shape(store, layer_name(l, "mlp.up_proj.weight"), {c.intermediate_size, h});
+    expect_shape(store, layer_name(l, "mlp.down_proj.weight"), {h, c.intermediate_size});
+  }
+}
+
+ModelWeights load_weights(const TensorStore& store, const ModelConfig& c, const ShardPlan& p, Communicator& comm,
+                          Backend& backend, LoadStats* stats) {
+  LoadStats local;
+  if (stats == nullptr) stats = &local;
+  *stats = LoadStats{};
+  stats->replicated_checksum = 0xcbf29ce484222325ull;
+  check_checkpoint_shapes(store, c);
+  stats->sharded_bytes_in_checkpoint = sharded_checkpoint_bytes(store, c);
+  WeightReader reader(store, c, p, comm, backend, stats);
+  const DType act = backend.act_dtype();
+  ModelWeights w;
+  w.embed = reader.vocab_rows("model.embed_tokens.weight");
+  if (!c.tie_word_embeddings) w.lm_head = reader.vocab_rows("lm_head.weight");
+  for (int64_t l = 0; l < c.num_layers; ++l) w.layers.push_back(load_layer(reader, c, p, l, act));
+  w.final_norm = reader.replicated("model.norm.weight", c.hidden_size, act);
+  verify_same_on_all_ranks(comm, stats->replicated_checksum, "replicated weights checksum");
+  return w;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,73 @@
+// The KV cache and attention over it.
+//
+// Cache layout, per layer: [num_slots, max_seq, num_kv_heads, head_dim] for K
+// and for V; a sequence owns one slot, so its cache is contiguous. Token t of
+// a batch belongs to slot slots[t] at position positions[t].
+//
+// kv_append writes each token's k and v at its position. attention then lets
+// token t attend to positions [0, positions[t]] of its slot, so a prompt of P
+// tokens (causal prefill) and a decode batch of B sequences are the same call.
+// GQA: q head h reads kv head h / (num_heads / num_kv_heads).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/op_common.h"
+
+namespace lockstep {
+
+struct KvCacheShape {
+  int64_t num_slots = 0;
+  int64_t max_seq = 0;
+  int64_t num_kv_heads = 0;  // local
+  int64_t head_dim = 0;
+  int64_t slot_stride() const { return max_seq * num_kv_heads * head_dim; }
+  int64_t position_stride() const { return num_kv_heads * head_dim; }
+};
+
+struct KvAppendParams {
+  const void* qkv = nullptr;  // [tokens, (num_heads + 2·num_kv_heads)·head_dim]
+  void* k_cache = nullptr;    // this layer's K
+  void* v_cache = nullptr;    // this layer's V
+  const int32_t* slots = nullptr;
+  const int32_t* positions = nullptr;
+  int64_t tokens = 0;
+  int64_t num_heads = 0;  // local q heads (to find k and v in the qkv row)
+  KvCacheShape cache;
+  DType dtype = DType::kF32;
+  void validate() const {
+    LS_OP_REQUIRE(qkv && k_cache && v_cache && slots && positions, "kv_append", "null pointer");
+    LS_OP_REQUIRE(tokens >= 0 && num_heads > 0 && cache.num_kv_heads > 0 && cache.head_dim > 0 &&
+                      cache.max_seq > 0 && cache.num_slots > 0,
+                  "kv_append", "bad sizes");
+  }
+};
+
+struct AttentionParams {
+  const void* qkv = nullptr;  // q read from the fused rows
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* slots = nullptr;
+  const int32_t* positions = nullptr;
+  void* out = nullptr;  // [tokens, num_heads·head_dim]
+  int64_t tokens = 0;
+  int64_t num_heads = 0;  // local q heads
+  KvCacheShape cache;
+  float scale = 0.0f;  // 1/sqrt(head_dim)
+  DType dtype = DType::kF32;
+  int64_t qkv_stride() const { return (num_heads + 2 * cache.num_kv_heads) * cache.head_dim; }
+  void validate() const {
+    LS_OP_REQUIRE(qkv && k_cache && v_cache && slots && positions && out, "attention", "null pointer");
+    LS_OP_REQUIRE(tokens >= 0 && num_heads > 0 && cache.num_kv_heads > 0 &&
+                      num_heads % cache.num_kv_heads == 0 && cache.head_dim > 0,
+                  "attention", "bad head counts heads={} kv_heads={}", num_heads, cache.num_kv_heads);
+    LS_OP_REQUIRE(scale > 0.0f, "attention", "scale must be positive");
+  }
+};
+
+namespace cpu {
+void kv_append(const KvAppendParams& p);
+void attention(const AttentionParams& p);
+}  // namespace cpu
+
+}  // namespace lockstep

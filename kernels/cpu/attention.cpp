@@ -1,0 +1,77 @@
+#include "kernels/attention.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace lockstep::cpu {
+
+namespace {
+
+void check_token(const KvCacheShape& c, int32_t slot, int32_t position) {
+  LS_OP_REQUIRE(slot >= 0 && slot < c.num_slots, "kv cache", "slot {} outside [0, {})", slot, c.num_slots);
+  LS_OP_REQUIRE(position >= 0 && position < c.max_seq, "kv cache", "position {} outside [0, {})",
+                position, c.max_seq);
+}
+
+}  // namespace
+
+void kv_append(const KvAppendParams& p) {
+  p.validate();
+  require_f32(p.dtype, "kv_append");
+  const KvCacheShape& c = p.cache;
+  const int64_t row_stride = (p.num_heads + 2 * c.num_kv_heads) * c.head_dim;
+  const int64_t kv_width = c.num_kv_heads * c.head_dim;
+  const auto* qkv = static_cast<const float*>(p.qkv);
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    check_token(c, p.slots[t], p.positions[t]);
+    const float* k = qkv + t * row_stride + p.num_heads * c.head_dim;
+    const float* v = k + kv_width;
+    int64_t offset = p.slots[t] * c.slot_stride() + p.positions[t] * c.position_stride();
+    std::memcpy(static_cast<float*>(p.k_cache) + offset, k, static_cast<size_t>(kv_width) * 4);
+    std::memcpy(static_cast<float*>(p.v_cache) + offset, v, static_cast<size_t>(kv_width) * 4);
+  }
+}
+
+void attention(const AttentionParams& p) {
+  p.validate();
+  require_f32(p.dtype, "attention");
+  const KvCacheShape& c = p.cache;
+  const int64_t group = p.num_heads / c.num_kv_heads;
+  const auto* qkv = static_cast<const float*>(p.qkv);
+  const auto* kc = static_cast<const float*>(p.k_cache);
+  const auto* vc = static_cast<const float*>(p.v_cache);
+  auto* out = static_cast<float*>(p.out);
+  std::vector<float> scores(static_cast<size_t>(c.max_seq));
+  std::vector<double> acc(static_cast<size_t>(c.head_dim));
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    check_token(c, p.slots[t], p.positions[t]);
+    const int64_t len = p.positions[t] + 1;
+    const float* k_slot = kc + p.slots[t] * c.slot_stride();
+    const float* v_slot = vc + p.slots[t] * c.slot_stride();
+    for (int64_t h = 0; h < p.num_heads; ++h) {
+      const float* q = qkv + t * p.qkv_stride() + h * c.head_dim;
+      const int64_t kvh = h / group;
+      float max_score = -INFINITY;
+      for (int64_t j = 0; j < len; ++j) {
+        float s = dot(q, k_slot + j * c.position_stride() + kvh * c.head_dim, c.head_dim) * p.scale;
+        scores[static_cast<size_t>(j)] = s;
+        max_score = std::max(max_score, s);
+      }
+      double denom = 0.0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < len; ++j) {
+        double e = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
+        denom += e;
+        const float* v = v_slot + j * c.position_stride() + kvh * c.head_dim;
+        for (int64_t d = 0; d < c.head_dim; ++d) acc[static_cast<size_t>(d)] += e * v[d];
+      }
+      float* o = out + t * p.num_heads * c.head_dim + h * c.head_dim;
+      for (int64_t d = 0; d < c.head_dim; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
+    }
+  }
+}
+
+}  // namespace lockstep::cpu

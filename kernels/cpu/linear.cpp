@@ -1,0 +1,25 @@
+#include "kernels/linear.h"
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace lockstep::cpu {
+
+// Loops over output features outermost so each weight row is read from memory
+// once and reused from cache for every input row.
+void linear(const LinearParams& p) {
+  p.validate();
+  require_f32(p.act_dtype, "linear");
+  require_f32(p.weight_dtype, "linear");
+  const auto* x = static_cast<const float*>(p.x);
+  const auto* w = static_cast<const float*>(p.weight);
+  const auto* bias = static_cast<const float*>(p.bias);
+  auto* y = static_cast<float*>(p.y);
+  const int64_t xs = p.x_row_stride();
+  for (int64_t o = 0; o < p.out_features; ++o) {
+    const float* wr = w + o * p.in_features;
+    float b = bias != nullptr ? bias[o] : 0.0f;
+    for (int64_t r = 0; r < p.rows; ++r) y[r * p.out_features + o] = dot(x + r * xs, wr, p.in_features) + b;
+  }
+}
+
+}  // namespace lockstep::cpu

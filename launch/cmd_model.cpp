@@ -1,0 +1,120 @@
+// generate and score: the subcommands that run a model.
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/io/npy.h"
+#include "launch/commands.h"
+#include "launch/world.h"
+
+namespace lockstep::cli {
+
+namespace {
+
+// Options every model-running subcommand shares.
+struct ModelRunConfig {
+  EngineOptions engine;
+  std::string diag;
+  std::string prompt_ids;
+  std::string dump_logits;
+};
+
+void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
+  cmd->add_option("--model", c.engine.model_dir, "Hugging Face model folder")->required();
+  cmd->add_option("--backend", c.engine.backend, "cpu")->capture_default_str();
+  cmd->add_option("--max-seq-len", c.engine.max_seq_len,
+                  "KV cache length (default: the model's max_position_embeddings, capped by memory)");
+  cmd->add_option("--diag", c.diag, "comma-separated diagnostics: shapes,attn,timing,numerics");
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text, const char* option) {
+  std::vector<int32_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    LS_REQUIRE(used == item.size() && !item.empty(), ErrorKind::kInvalidArgument,
+               "{}: '{}' is not an integer token id", option, item);
+    LS_REQUIRE(v >= INT32_MIN && v <= INT32_MAX, ErrorKind::kInvalidArgument,
+               "{}: token id {} is outside the vocabulary", option, item);
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+void log_start(const char* what, const ModelRunConfig& c) {
+  spdlog::info("{}: {} ranks; {}", what, world().size, c.engine.summary());
+}
+
+int run_generate(ModelRunConfig& c, GenerationRequest& request, const std::string& stop_ids) {
+  c.engine.diag = Diagnostics::parse(c.diag);
+  request.prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
+  request.sampling.validate();
+  log_start("generate", c);
+  Engine engine(c.engine, *world().comm);
+  request.stop_ids = stop_ids.empty() ? engine.config().eos_token_ids : parse_id_list(stop_ids, "--stop-ids");
+  Generator generator(engine.group());
+  const bool keep_logits = !c.dump_logits.empty();
+  std::vector<GenerationOutput> out = generator.generate({request}, keep_logits);
+  if (world().rank == 0) {
+    std::cout << fmt::format("{}", fmt::join(out[0].tokens, " ")) << std::endl;
+    if (keep_logits)
+      write_npy_f32(c.dump_logits, {static_cast<int64_t>(out[0].tokens.size()), engine.config().vocab_size},
+                    out[0].logits.data());
+  }
+  return 0;
+}
+
+int run_score(ModelRunConfig& c) {
+  c.engine.diag = Diagnostics::parse(c.diag);
+  std::vector<int32_t> prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
+  log_start("score", c);
+  Engine engine(c.engine, *world().comm);
+  Generator generator(engine.group());
+  std::vector<float> logits = generator.score(prompt);
+  if (world().rank == 0)
+    write_npy_f32(c.dump_logits, {static_cast<int64_t>(prompt.size()), engine.config().vocab_size}, logits.data());
+  return 0;
+}
+
+}  // namespace
+
+void add_model_commands(CLI::App& root, CommandTable& table) {
+  auto gen = std::make_shared<ModelRunConfig>();
+  auto request = std::make_shared<GenerationRequest>();
+  auto stop_ids = std::make_shared<std::string>();
+  CLI::App* g = root.add_subcommand("generate", "generate tokens after a prompt");
+  add_engine_options(g, *gen);
+  g->add_option("--prompt-ids", gen->prompt_ids, "comma-separated prompt token ids, e.g. 1,2,3")->required();
+  g->add_option("--max-new-tokens", request->max_new_tokens, "tokens to generate")->capture_default_str();
+  g->add_option("--temperature", request->sampling.temperature, "0 = greedy")->capture_default_str();
+  g->add_option("--top-k", request->sampling.top_k, "0 = no limit")->capture_default_str();
+  g->add_option("--top-p", request->sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
+  g->add_option("--seed", request->sampling.seed, "sampling seed")->capture_default_str();
+  g->add_option("--stop-ids", *stop_ids, "comma-separated ids that end generation (default: the model's eos ids)");
+  g->add_option("--dump-logits", gen->dump_logits, "write [generated, vocab] float32 logits to this .npy");
+  table.add(g, [gen, request, stop_ids] { return run_generate(*gen, *request, *stop_ids); });
+
+  auto sc = std::make_shared<ModelRunConfig>();
+  CLI::App* s = root.add_subcommand("score", "teacher-forced logits of every prompt position");
+  add_engine_options(s, *sc);
+  s->add_option("--prompt-ids", sc->prompt_ids, "comma-separated prompt token ids")->required();
+  s->add_option("--dump-logits", sc->dump_logits, "write [prompt, vocab] float32 logits to this .npy")->required();
+  table.add(s, [sc] { return run_score(*sc); });
+}
+
+}  // namespace lockstep::cli

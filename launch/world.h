@@ -1,0 +1,35 @@
+// The process's place in the job, decided once at start-up: under mpirun
+// (or another MPI launcher) MPI is initialized and the world size is the
+// tensor-parallel size; run directly, lockstep is a single rank and MPI is
+// never touched.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tp/communicator.h"
+
+namespace lockstep::cli {
+
+struct World {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;  // among the ranks on this host (for the device mapping)
+  int local_size = 1;
+  bool mpi = false;
+  std::unique_ptr<Communicator> comm;
+};
+
+// Initializes MPI when launched by an MPI launcher; fills process_identity().
+World& init_world(int* argc, char*** argv);
+World& world();
+void finalize_world();
+// Ends the whole job after a failure on this rank: MPI_Abort when several
+// ranks run (every rank exits non-zero), else exit(code).
+[[noreturn]] void abort_world(int code);
+
+// spdlog with the rank in every line. Rank 0 logs at `level` (default info);
+// other ranks log warnings and errors only unless a level was given.
+void setup_logging(const std::string& level, bool level_given);
+
+}  // namespace lockstep::cli

@@ -1,0 +1,111 @@
+#include "tp/communicator.h"
+
+#include <mpi.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/error.h"
+
+namespace lockstep {
+
+namespace {
+
+class SingleRankCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* name() const override { return "single-rank"; }
+  void all_reduce_sum(void*, int64_t, DType) override {}
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    if (send != recv) std::memmove(recv, send, static_cast<size_t>(count) * dtype_size(dtype));
+  }
+  void broadcast(void*, int64_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int exit_code) override { std::exit(exit_code); }
+};
+
+#define LS_CHECK_MPI(stmt)                                                                      \
+  do {                                                                                          \
+    int ls_mpi_rc = (stmt);                                                                     \
+    if (ls_mpi_rc != MPI_SUCCESS) {                                                             \
+      char ls_mpi_msg[MPI_MAX_ERROR_STRING];                                                    \
+      int ls_mpi_len = 0;                                                                       \
+      MPI_Error_string(ls_mpi_rc, ls_mpi_msg, &ls_mpi_len);                                     \
+      ::lockstep::throw_check_failure(::lockstep::ErrorKind::kMpi, #stmt,                       \
+                                      std::string(ls_mpi_msg, static_cast<size_t>(ls_mpi_len)), \
+                                      __FILE__, __LINE__);                                      \
+    }                                                                                           \
+  } while (0)
+
+// MPI counts are int: split larger transfers.
+constexpr int64_t kMaxMpiCount = 1 << 30;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    LS_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    LS_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "mpi"; }
+
+  void all_reduce_sum(void* buf, int64_t count, DType dtype) override {
+    LS_REQUIRE(dtype == DType::kF32, ErrorKind::kInternal,
+               "MPI all-reduce supports float32 host buffers, got {}", dtype_name(dtype));
+    auto* p = static_cast<float*>(buf);
+    for (int64_t done = 0; done < count; done += kMaxMpiCount) {
+      int n = static_cast<int>(std::min(kMaxMpiCount, count - done));
+      LS_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, p + done, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    }
+  }
+
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+    LS_REQUIRE(bytes <= kMaxMpiCount, ErrorKind::kInternal, "all-gather block of {} bytes too large", bytes);
+    LS_CHECK_MPI(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
+                               MPI_BYTE, MPI_COMM_WORLD));
+  }
+
+  void broadcast(void* buf, int64_t bytes, int root) override {
+    auto* p = static_cast<uint8_t*>(buf);
+    for (int64_t done = 0; done < bytes; done += kMaxMpiCount) {
+      int n = static_cast<int>(std::min(kMaxMpiCount, bytes - done));
+      LS_CHECK_MPI(MPI_Bcast(p + done, n, MPI_BYTE, root, MPI_COMM_WORLD));
+    }
+  }
+
+  void barrier() override { LS_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
+
+  [[noreturn]] void abort(int exit_code) override {
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::exit(exit_code);
+  }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_rank_communicator() {
+  return std::make_unique<SingleRankCommunicator>();
+}
+
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+void verify_same_on_all_ranks(Communicator& comm, uint64_t local_checksum, const std::string& what) {
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  // Gathered as two 4-byte elements per rank: the transports move bytes.
+  comm.all_gather(&local_checksum, all.data(), 2, DType::kF32);
+  std::string differing;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differing += (differing.empty() ? "" : ", ") + std::to_string(r);
+  LS_REQUIRE(differing.empty(), ErrorKind::kRankFailure,
+             "{} differs between rank 0 and rank(s) {} (checksum {:016x} on rank 0)", what, differing,
+             all[0]);
+}
+
+}  // namespace lockstep

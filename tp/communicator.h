@@ -1,0 +1,39 @@
+// The tensor-parallel group's transport. One interface, several transports:
+// a single-rank communicator whose collectives are no-ops (TP=1 runs the same
+// code as TP=N), and MPI (host buffers). NCCL plugs in behind the same calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/dtype.h"
+
+namespace lockstep {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* name() const = 0;
+  // In-place elementwise sum over all ranks.
+  virtual void all_reduce_sum(void* buf, int64_t count, DType dtype) = 0;
+  // recv holds size() blocks of `count` elements, block r from rank r.
+  virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  virtual void broadcast(void* buf, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job; never returns.
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+};
+
+std::unique_ptr<Communicator> make_single_rank_communicator();
+
+// Requires MPI to be initialized (launch/ does it). Uses MPI_COMM_WORLD.
+std::unique_ptr<Communicator> make_mpi_communicator();
+
+// Compares a checksum across ranks (all-gather) and throws kRankFailure naming
+// the ranks that disagree with rank 0 and what was compared.
+void verify_same_on_all_ranks(Communicator& comm, uint64_t local_checksum, const std::string& what);
+
+}  // namespace lockstep

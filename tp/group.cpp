@@ -1,0 +1,70 @@
+#include "tp/group.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace lockstep {
+
+TpGroup::TpGroup(Communicator& comm, Runner& runner) : comm_(comm), runner_(runner) {
+  LS_REQUIRE(comm.size() == runner.plan().size && comm.rank() == runner.plan().rank, ErrorKind::kInternal,
+             "communicator (rank {} of {}) does not match the shard plan (rank {} of {})", comm.rank(), comm.size(),
+             runner.plan().rank, runner.plan().size);
+}
+
+void TpGroup::all_reduce(Runner::Span span) {
+  comm_.all_reduce_sum(span.data, span.count, runner_.backend().act_dtype());
+}
+
+const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
+  runner_.set_batch(batch);
+  runner_.embed();
+  all_reduce(runner_.embedding_partial());
+  runner_.first_norm();
+  const bool timing = runner_.diagnostics().timing || runner_.diagnostics().numerics;
+  for (int64_t layer = 0; layer < runner_.config().num_layers; ++layer) {
+    auto start = std::chrono::steady_clock::now();
+    runner_.pre_o_proj(layer);
+    runner_.o_proj(layer);
+    all_reduce(runner_.layer_partial());
+    runner_.post_attention_norm(layer);
+    runner_.mlp(layer);
+    all_reduce(runner_.layer_partial());
+    runner_.post_mlp_norm(layer);
+    if (timing) {
+      runner_.backend().synchronize();
+      runner_.log_layer_diagnostics(
+          layer, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  runner_.lm_head();
+  gather_logits();
+  return logits_;
+}
+
+// Each rank holds [rows, vocab_local] of the padded vocabulary; after the
+// all-gather every rank has [ranks][rows][vocab_local] and re-assembles
+// [rows, vocab], dropping the padding columns so padding can never be sampled.
+void TpGroup::gather_logits() {
+  const Runner::Span local = runner_.logits_local();
+  const int64_t rows = runner_.batch_logit_rows();
+  const int64_t vl = runner_.plan().vocab_local;
+  const int64_t vocab = runner_.config().vocab_size;
+  const DType act = runner_.backend().act_dtype();
+  local_raw_.resize(static_cast<size_t>(local.count) * dtype_size(act));
+  runner_.backend().to_host(local_raw_.data(), local.data, static_cast<int64_t>(local_raw_.size()));
+  local_f32_.resize(static_cast<size_t>(local.count));
+  convert_to_f32(local_raw_.data(), act, local_f32_.data(), local_f32_.size());
+  gathered_.resize(static_cast<size_t>(local.count * comm_.size()));
+  comm_.all_gather(local_f32_.data(), gathered_.data(), local.count, DType::kF32);
+  logits_.assign(static_cast<size_t>(rows * vocab), 0.0f);
+  for (int r = 0; r < comm_.size(); ++r) {
+    const int64_t begin = r * vl;
+    const int64_t width = std::min(vl, vocab - begin);
+    if (width <= 0) continue;
+    for (int64_t row = 0; row < rows; ++row)
+      std::memcpy(&logits_[static_cast<size_t>(row * vocab + begin)],
+                  &gathered_[static_cast<size_t>((r * rows + row) * vl)], static_cast<size_t>(width) * 4);
+  }
+}
+
+}  // namespace lockstep
