@@ -47,6 +47,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
+  void parse_header();  // validates and fills tensors_, index_, metadata_, data_section_
+
   std::filesystem::path path_;
   void* mapping_ = nullptr;
   size_t mapping_size_ = 0;
@@ -90,6 +92,12 @@ class TensorStore {
     const TensorInfo* info;
   };
   const Entry& entry(const std::string& name) const;
+  void open_shards(const std::filesystem::path& index);
+  std::filesystem::path resolve_shard(const std::string& shard,
+                                      const std::filesystem::path& index) const;
+  void register_tensors(const SafetensorsFile& file);  // throws on a name already registered
+
+  std::filesystem::path model_dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Entry> entries_;
   mutable uint64_t bytes_read_ = 0;
