@@ -133,6 +133,10 @@ uint64_t sharded_checkpoint_bytes(const TensorStore& store, const ModelConfig& c
                           "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
                           "mlp.down_proj.weight"})
       total += store.info(layer_name(l, s)).nbytes();
+  if (c.qkv_bias)
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      for (const char* s : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"})
+        total += store.info(layer_name(l, s)).nbytes();
   return total;
 }
 

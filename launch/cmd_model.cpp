@@ -60,13 +60,19 @@ void log_start(const char* what, const ModelRunConfig& c) {
   spdlog::info("{}: {} ranks; {}", what, world().size, c.engine.summary());
 }
 
-int run_generate(ModelRunConfig& c, GenerationRequest& request, const std::string& stop_ids) {
+struct StopOptions {
+  std::string ids;
+  bool ignore_eos = false;
+};
+
+int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOptions& stop) {
   c.engine.diag = Diagnostics::parse(c.diag);
   request.prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
   request.sampling.validate();
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
-  request.stop_ids = stop_ids.empty() ? engine.config().eos_token_ids : parse_id_list(stop_ids, "--stop-ids");
+  if (!stop.ids.empty()) request.stop_ids = parse_id_list(stop.ids, "--stop-ids");
+  else if (!stop.ignore_eos) request.stop_ids = engine.config().eos_token_ids;
   Generator generator(engine.group());
   const bool keep_logits = !c.dump_logits.empty();
   std::vector<GenerationOutput> out = generator.generate({request}, keep_logits);
@@ -96,7 +102,7 @@ int run_score(ModelRunConfig& c) {
 void add_model_commands(CLI::App& root, CommandTable& table) {
   auto gen = std::make_shared<ModelRunConfig>();
   auto request = std::make_shared<GenerationRequest>();
-  auto stop_ids = std::make_shared<std::string>();
+  auto stop = std::make_shared<StopOptions>();
   CLI::App* g = root.add_subcommand("generate", "generate tokens after a prompt");
   add_engine_options(g, *gen);
   g->add_option("--prompt-ids", gen->prompt_ids, "comma-separated prompt token ids, e.g. 1,2,3")->required();
@@ -105,9 +111,10 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   g->add_option("--top-k", request->sampling.top_k, "0 = no limit")->capture_default_str();
   g->add_option("--top-p", request->sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
   g->add_option("--seed", request->sampling.seed, "sampling seed")->capture_default_str();
-  g->add_option("--stop-ids", *stop_ids, "comma-separated ids that end generation (default: the model's eos ids)");
+  g->add_option("--stop-ids", stop->ids, "comma-separated ids that end generation (default: the model's eos ids)");
+  g->add_flag("--ignore-eos", stop->ignore_eos, "generate --max-new-tokens tokens, ignoring the eos ids");
   g->add_option("--dump-logits", gen->dump_logits, "write [generated, vocab] float32 logits to this .npy");
-  table.add(g, [gen, request, stop_ids] { return run_generate(*gen, *request, *stop_ids); });
+  table.add(g, [gen, request, stop] { return run_generate(*gen, *request, *stop); });
 
   auto sc = std::make_shared<ModelRunConfig>();
   CLI::App* s = root.add_subcommand("score", "teacher-forced logits of every prompt position");

@@ -1,6 +1,8 @@
 // lockstep: the command-line entry point. Parses the command line, sets up
 // the MPI world and logging, runs one subcommand, and turns every failure
 // into one line naming the problem and a non-zero exit of the whole job.
+#include <unistd.h>
+
 #include <exception>
 #include <string>
 
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
   int code = 1;
   try {
     cli::setup_logging(log_level, level_opt->count() > 0);
+    spdlog::info("rank {} of {} (local rank {}), pid {}", cli::world().rank, cli::world().size,
+                 cli::world().local_rank, static_cast<long>(getpid()));
     for (auto& [sub, run] : table.entries)
       if (sub->parsed()) code = run();
   } catch (const Error& e) {

@@ -1,0 +1,51 @@
+// Running the lockstep executable (and mpirun) from tests.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace lockstep::testing_cli {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline std::string binary() { return LOCKSTEP_BINARY; }
+
+// mpirun with what running as root in a container needs; --oversubscribe
+// because CI has 2 cores and the tests start up to 4 ranks.
+inline std::string mpirun(int ranks) {
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+         "mpirun --oversubscribe --bind-to none -np " + std::to_string(ranks) + " ";
+}
+
+// Runs `args` through the shell (with a hard time limit, so a hang fails the
+// test instead of stalling the suite) and captures stdout, stderr and the code.
+inline CommandResult run(const std::string& args, const std::filesystem::path& scratch, int timeout_s = 120) {
+  std::filesystem::create_directories(scratch);
+  auto out = scratch / "stdout.txt", err = scratch / "stderr.txt";
+  std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " + args + " >" + out.string() + " 2>" +
+                    err.string();
+  int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+inline std::string lockstep(const std::string& args) { return binary() + " " + args; }
+
+}  // namespace lockstep::testing_cli

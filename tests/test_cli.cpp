@@ -1,0 +1,167 @@
+// The lockstep executable end to end: make-model, generate, score, and every
+// bad input ending in one error line that names the problem and a non-zero exit.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_support.h"
+#include "engine/io/npy.h"
+#include "test_support.h"
+
+namespace lockstep {
+namespace {
+
+using namespace testing_cli;
+
+class Cli : public TempDirTest {
+ protected:
+  std::filesystem::path make_model(const std::string& name, const std::string& extra = "") {
+    auto dir = dir_ / name;
+    CommandResult r = run(lockstep("make-model --arch llama --preset tiny --out " + dir.string() + " " + extra),
+                          dir_ / ("make_" + name));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return dir;
+  }
+  // Expects failure with exactly one error line containing every word, and no crash.
+  void expect_clean_failure(const CommandResult& r, std::initializer_list<std::string> words) {
+    EXPECT_NE(r.exit_code, 0) << r.err;
+    EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+    std::smatch m;
+    std::regex error_line(R"(\[error\] ([^\n]*))");
+    ASSERT_TRUE(std::regex_search(r.err, m, error_line)) << r.err;
+    for (const auto& w : words) EXPECT_NE(m[1].str().find(w), std::string::npos) << w << " missing in: " << m[1];
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+  }
+  CommandResult generate(const std::filesystem::path& model, const std::string& args) {
+    return run(lockstep("generate --model " + model.string() + " " + args), dir_ / "run");
+  }
+  void rewrite_config(const std::filesystem::path& model, const std::function<void(nlohmann::json&)>& edit) {
+    auto path = model / "config.json";
+    nlohmann::json j = nlohmann::json::parse(read_file(path));
+    edit(j);
+    std::ofstream(path) << j.dump();
+  }
+};
+
+TEST_F(Cli, GenerateAndScoreWriteLogitsOfTheRightShape) {
+  auto model = make_model("m");
+  CommandResult g = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 5 --ignore-eos --dump-logits " +
+                                        (dir_ / "g.npy").string());
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  std::istringstream ids(g.out);
+  int n = 0, id;
+  while (ids >> id) ++n;
+  EXPECT_EQ(n, 5);
+  EXPECT_EQ(read_npy(dir_ / "g.npy").shape, (std::vector<int64_t>{5, 512}));
+  CommandResult s = run(lockstep("score --model " + model.string() + " --prompt-ids 4,5,6,7 --dump-logits " +
+                                 (dir_ / "s.npy").string()),
+                        dir_ / "score");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_EQ(read_npy(dir_ / "s.npy").shape, (std::vector<int64_t>{4, 512}));
+}
+
+TEST_F(Cli, ScoreLastRowMatchesGenerateFirstRow) {
+  auto model = make_model("m");
+  ASSERT_EQ(generate(model, "--prompt-ids 9,8,7 --max-new-tokens 1 --ignore-eos --dump-logits " +
+                                (dir_ / "g.npy").string()).exit_code, 0);
+  ASSERT_EQ(run(lockstep("score --model " + model.string() + " --prompt-ids 9,8,7 --dump-logits " +
+                         (dir_ / "s.npy").string()), dir_ / "s").exit_code, 0);
+  NpyArray g = read_npy(dir_ / "g.npy"), s = read_npy(dir_ / "s.npy");
+  for (size_t v = 0; v < 512; ++v) ASSERT_EQ(g.values[v], s.values[2 * 512 + v]) << v;
+}
+
+TEST_F(Cli, SampledGenerationIsReproducibleWithASeed) {
+  auto model = make_model("m");
+  std::string args = "--prompt-ids 1,2 --max-new-tokens 8 --ignore-eos --temperature 0.8 --top-k 50 --top-p 0.9 --seed 5";
+  CommandResult a = generate(model, args), b = generate(model, args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST_F(Cli, ShardedCheckpointGivesTheSameTokens) {
+  auto single = make_model("single", "--seed 3");
+  auto sharded = make_model("sharded", "--seed 3 --max-shard-bytes 60000");
+  EXPECT_TRUE(std::filesystem::exists(sharded / "model.safetensors.index.json"));
+  std::string args = "--prompt-ids 5,6,7 --max-new-tokens 6 --ignore-eos";
+  EXPECT_EQ(generate(single, args).out, generate(sharded, args).out);
+}
+
+TEST_F(Cli, EveryArchitectureAndDtypeRuns) {
+  for (std::string arch : {"llama", "mistral", "qwen2", "qwen3"})
+    for (std::string dtype : {"bf16", "f16", "f32"}) {
+      auto dir = dir_ / (arch + dtype);
+      ASSERT_EQ(run(lockstep("make-model --arch " + arch + " --preset tiny --dtype " + dtype + " --out " +
+                             dir.string() + " --config-style transformers5"), dir_ / "mk").exit_code, 0);
+      CommandResult r = generate(dir, "--prompt-ids 1,2,3 --max-new-tokens 2 --ignore-eos");
+      EXPECT_EQ(r.exit_code, 0) << arch << " " << dtype << ": " << r.err;
+    }
+}
+
+TEST_F(Cli, MissingModelFolder) {
+  expect_clean_failure(generate(dir_ / "nope", "--prompt-ids 1"), {"model folder not found", "nope"});
+}
+
+TEST_F(Cli, MissingWeights) {
+  auto model = make_model("m");
+  std::filesystem::remove(model / "model.safetensors");
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"model.safetensors"});
+}
+
+TEST_F(Cli, TruncatedSafetensors) {
+  auto model = make_model("m");
+  std::filesystem::resize_file(model / "model.safetensors", 100000);
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"model.safetensors"});
+}
+
+TEST_F(Cli, HugeHeaderLength) {
+  auto model = make_model("m");
+  std::fstream f(model / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t huge = 1ull << 40;
+  f.write(reinterpret_cast<const char*>(&huge), 8);
+  f.close();
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"header"});
+}
+
+TEST_F(Cli, ConfigShapeMismatchNamesTheTensor) {
+  auto model = make_model("m");
+  rewrite_config(model, [](nlohmann::json& j) { j["intermediate_size"] = 100; });
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"model.layers.0.mlp.gate_proj.weight", "shape"});
+}
+
+TEST_F(Cli, UnsupportedArchitectureAndRope) {
+  auto model = make_model("m");
+  rewrite_config(model, [](nlohmann::json& j) { j["architectures"] = {"PhiForCausalLM"}; });
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"PhiForCausalLM"});
+  rewrite_config(model, [](nlohmann::json& j) {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  });
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"dynamic"});
+}
+
+TEST_F(Cli, TokenIdsOutsideTheVocabulary) {
+  auto model = make_model("m");
+  expect_clean_failure(generate(model, "--prompt-ids 1,512"), {"512", "vocabulary"});
+  expect_clean_failure(generate(model, "--prompt-ids 1,-1"), {"-1", "vocabulary"});
+  expect_clean_failure(generate(model, "--prompt-ids 1,x"), {"'x'"});
+}
+
+TEST_F(Cli, PromptPlusNewTokensBeyondTheContext) {
+  auto model = make_model("m");
+  expect_clean_failure(generate(model, "--prompt-ids 1,2,3,4,5 --max-new-tokens 4 --max-seq-len 8"),
+                       {"exceeds the context length 8"});
+  expect_clean_failure(generate(model, "--prompt-ids 1 --max-new-tokens 600"), {"context length 512"});
+}
+
+TEST_F(Cli, BadSamplingValues) {
+  auto model = make_model("m");
+  expect_clean_failure(generate(model, "--prompt-ids 1 --temperature -1"), {"temperature"});
+  expect_clean_failure(generate(model, "--prompt-ids 1 --temperature 1 --top-p 0"), {"top-p"});
+  expect_clean_failure(generate(model, "--prompt-ids 1 --temperature 1 --top-p 1.5"), {"top-p", "1.5"});
+}
+
+}  // namespace
+}  // namespace lockstep

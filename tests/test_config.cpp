@@ -1,0 +1,153 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/config.h"
+#include "test_support.h"
+#include "tp/sharding.h"
+
+namespace lockstep {
+namespace {
+
+using nlohmann::json;
+
+json llama_classic() {
+  return json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 384,
+    "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    "torch_dtype": "bfloat16", "hidden_act": "silu", "eos_token_id": [2, 3], "tie_word_embeddings": true})");
+}
+
+TEST(Config, ClassicKeys) {
+  ModelConfig c = parse_model_config(llama_classic());
+  EXPECT_EQ(c.arch, Arch::kLlama);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rope.type, RopeType::kLlama3);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.rope.original_max_position, 8192);
+  EXPECT_EQ(c.dtype, DType::kBF16);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{2, 3}));
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+}
+
+TEST(Config, Transformers5Keys) {
+  json j = json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "vocab_size": 384, "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    "dtype": "float16", "sliding_window": 4096, "use_sliding_window": false, "eos_token_id": 5})");
+  ModelConfig c = parse_model_config(j);
+  EXPECT_EQ(c.arch, Arch::kQwen3);
+  EXPECT_EQ(c.head_dim, 32);  // explicit, not hidden / heads
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.rope.type, RopeType::kDefault);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 1000000.0);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.dtype, DType::kF16);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{5}));
+}
+
+TEST(Config, Qwen2HasQkvBiasOnly) {
+  json j = llama_classic();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["rope_scaling"] = nullptr;
+  ModelConfig c = parse_model_config(j);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+}
+
+TEST(Config, AttentionBiasAddsOprojBias) {
+  json j = llama_classic();
+  j["attention_bias"] = true;
+  ModelConfig c = parse_model_config(j);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.o_bias);
+}
+
+TEST(Config, RefusesUnsupportedThingsByName) {
+  auto refuse = [](json j, std::initializer_list<std::string> words) {
+    expect_error([&] { parse_model_config(j); }, ErrorKind::kModel, words);
+  };
+  json j = llama_classic();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  refuse(j, {"GPT2LMHeadModel", "unsupported architecture"});
+  j = llama_classic();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  refuse(j, {"yarn", "rope"});
+  j = llama_classic();
+  j["hidden_act"] = "gelu";
+  refuse(j, {"gelu", "activation"});
+  j = llama_classic();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["sliding_window"] = 4096;
+  refuse(j, {"sliding", "4096"});
+  j = llama_classic();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["use_sliding_window"] = true;
+  refuse(j, {"sliding"});
+  j = llama_classic();
+  j.erase("rms_norm_eps");
+  refuse(j, {"rms_norm_eps"});
+  j = llama_classic();
+  j["num_key_value_heads"] = 3;
+  refuse(j, {"num_key_value_heads", "3"});
+  j = llama_classic();
+  j["hidden_size"] = "64";
+  refuse(j, {"hidden_size"});
+  j = llama_classic();
+  j["eos_token_id"] = 384;
+  refuse(j, {"eos_token_id", "384"});
+}
+
+TEST(Config, MistralWithNullSlidingWindowIsAccepted) {
+  json j = llama_classic();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(parse_model_config(j).arch, Arch::kMistral);
+}
+
+TEST(Sharding, SplitsHeadsIntermediateAndPaddedVocab) {
+  ModelConfig c = parse_model_config(llama_classic());  // 4 heads, 2 kv heads, inter 96, vocab 384
+  ShardPlan p = ShardPlan::make(c, 1, 2);
+  EXPECT_EQ(p.q_heads_local, 2);
+  EXPECT_EQ(p.q_head_begin, 2);
+  EXPECT_EQ(p.kv_heads_local, 1);
+  EXPECT_EQ(p.kv_head_begin, 1);
+  EXPECT_EQ(p.inter_local, 48);
+  EXPECT_EQ(p.inter_begin, 48);
+  c.vocab_size = 383;  // not a multiple of 2: padded
+  p = ShardPlan::make(c, 1, 2);
+  EXPECT_EQ(p.vocab_padded, 384);
+  EXPECT_EQ(p.vocab_local, 192);
+  EXPECT_EQ(p.vocab_real_local(), 191);
+}
+
+TEST(Sharding, ReplicatesKvHeadsWhenTpExceedsThem) {
+  ModelConfig c = parse_model_config(llama_classic());  // 2 kv heads, 4 q heads
+  for (int r = 0; r < 4; ++r) {
+    ShardPlan p = ShardPlan::make(c, r, 4);
+    EXPECT_EQ(p.q_heads_local, 1);
+    EXPECT_EQ(p.kv_heads_local, 1);
+    // q head r uses kv head r / (4 / 2): the replicated head must match GQA's mapping.
+    EXPECT_EQ(p.kv_head_begin, p.q_head_begin / (c.num_heads / c.num_kv_heads));
+  }
+}
+
+TEST(Sharding, RefusesSizesThatDoNotDivide) {
+  ModelConfig c = parse_model_config(llama_classic());
+  expect_error([&] { ShardPlan::make(c, 0, 3); }, ErrorKind::kInvalidArgument, {"3", "num_attention_heads", "4"});
+  c.num_heads = 8;
+  c.intermediate_size = 90;
+  expect_error([&] { ShardPlan::make(c, 0, 4); }, ErrorKind::kInvalidArgument, {"intermediate_size", "90"});
+}
+
+}  // namespace
+}  // namespace lockstep

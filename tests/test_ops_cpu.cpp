@@ -1,0 +1,264 @@
+// CPU ops against straightforward float64 references on odd sizes.
+// Tolerance: the CPU backend computes in float32; with inputs of order one and
+// reductions of at most ~1000 terms, float32 rounding stays below 1e-5 relative
+// to the largest reference value, so 2e-5 leaves headroom without hiding bugs
+// (a wrong index or a missing term moves results by > 1e-2).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/config.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/linear.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
+
+namespace lockstep {
+namespace {
+
+constexpr double kF32Tolerance = 2e-5;
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  double scale = 1e-30;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " element " << i;
+    ASSERT_LE(std::abs(got[i] - want[i]), kF32Tolerance * scale) << what << " element " << i;
+  }
+}
+
+class OpSizes : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(OpSizes, RmsNormWithAndWithoutResidual) {
+  const int64_t rows = GetParam(), cols = 333;
+  auto x = random_vector(rows * cols, 1), res = random_vector(rows * cols, 2), w = random_vector(cols, 3, 0.5f, 1.5f);
+  const float eps = 1e-5f;
+  for (bool with_residual : {false, true}) {
+    std::vector<float> out(x.size(), NAN), res_out(x.size(), NAN);
+    cpu::rms_norm(RmsNormParams{.x = x.data(),
+                                .residual = with_residual ? res.data() : nullptr,
+                                .residual_out = with_residual ? res_out.data() : nullptr,
+                                .weight = w.data(),
+                                .out = out.data(),
+                                .rows = rows,
+                                .cols = cols,
+                                .eps = eps});
+    std::vector<double> want(x.size()), want_sum(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double sq = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        double s = x[r * cols + c] + (with_residual ? static_cast<double>(res[r * cols + c]) : 0.0);
+        want_sum[r * cols + c] = s;
+        sq += s * s;
+      }
+      double inv = 1.0 / std::sqrt(sq / cols + eps);
+      for (int64_t c = 0; c < cols; ++c) want[r * cols + c] = want_sum[r * cols + c] * inv * w[c];
+    }
+    expect_close(out, want, "rms_norm out");
+    if (with_residual) expect_close(res_out, want_sum, "rms_norm residual");
+  }
+}
+
+TEST_P(OpSizes, LinearWithBiasAndStride) {
+  const int64_t rows = GetParam(), in = 131, out_f = 77, stride = 140;
+  auto x = random_vector(rows * stride, 4), w = random_vector(out_f * in, 5), b = random_vector(out_f, 6);
+  std::vector<float> y(rows * out_f, NAN);
+  cpu::linear(LinearParams{.x = x.data(), .weight = w.data(), .bias = b.data(), .y = y.data(), .rows = rows,
+                           .in_features = in, .out_features = out_f, .x_stride = stride});
+  std::vector<double> want(y.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out_f; ++o) {
+      double s = b[o];
+      for (int64_t i = 0; i < in; ++i) s += static_cast<double>(x[r * stride + i]) * w[o * in + i];
+      want[r * out_f + o] = s;
+    }
+  expect_close(y, want, "linear");
+}
+
+TEST_P(OpSizes, SiluMul) {
+  const int64_t rows = GetParam(), inter = 45;
+  auto gu = random_vector(rows * 2 * inter, 7, -4.0f, 4.0f);
+  std::vector<float> out(rows * inter, NAN);
+  cpu::silu_mul(SiluMulParams{.gate_up = gu.data(), .out = out.data(), .rows = rows, .inter = inter});
+  std::vector<double> want(out.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < inter; ++i) {
+      double g = gu[r * 2 * inter + i], u = gu[r * 2 * inter + inter + i];
+      want[r * inter + i] = g / (1.0 + std::exp(-g)) * u;
+    }
+  expect_close(out, want, "silu_mul");
+}
+
+TEST_P(OpSizes, EmbeddingVocabParallelZeroesForeignRows) {
+  const int64_t tokens = GetParam(), hidden = 24, row_begin = 50, rows_local = 37;
+  auto table = random_vector(rows_local * hidden, 8);
+  std::vector<int32_t> ids(tokens);
+  for (int64_t t = 0; t < tokens; ++t) ids[t] = static_cast<int32_t>((t * 13) % 120);
+  std::vector<float> out(tokens * hidden, NAN);
+  cpu::embedding(EmbeddingParams{.ids = ids.data(), .table = table.data(), .out = out.data(), .tokens = tokens,
+                                 .hidden = hidden, .row_begin = row_begin, .rows_local = rows_local});
+  std::vector<double> want(out.size(), 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t row = ids[t] - row_begin;
+    if (row >= 0 && row < rows_local)
+      for (int64_t h = 0; h < hidden; ++h) want[t * hidden + h] = table[row * hidden + h];
+  }
+  expect_close(out, want, "embedding");
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, OpSizes, ::testing::Values(1, 7, 19, 111));
+
+struct RopeCase {
+  int64_t head_dim;
+  bool qk_norm;
+  bool llama3;
+};
+
+class RopeTest : public ::testing::TestWithParam<RopeCase> {};
+
+TEST_P(RopeTest, MatchesRotateHalfReference) {
+  const RopeCase pc = GetParam();
+  const int64_t tokens = 7, heads = 5, kv_heads = 1, hd = pc.head_dim, width = (heads + 2 * kv_heads) * hd;
+  RopeConfig rope;
+  rope.theta = 10000.0;
+  if (pc.llama3) rope = RopeConfig{RopeType::kLlama3, 500000.0, 8.0, 1.0, 4.0, 64};
+  auto inv = rope_inv_freq(rope, hd);
+  auto qkv = random_vector(tokens * width, 9);
+  auto qn = random_vector(hd, 10, 0.5f, 1.5f), kn = random_vector(hd, 11, 0.5f, 1.5f);
+  std::vector<int32_t> pos = {0, 1, 5, 17, 100, 999, 4096};
+  std::vector<float> got = qkv;
+  const float eps = 1e-6f;
+  cpu::qk_norm_rope(QkNormRopeParams{.qkv = got.data(), .positions = pos.data(), .inv_freq = inv.data(),
+                                     .q_norm_weight = pc.qk_norm ? qn.data() : nullptr,
+                                     .k_norm_weight = pc.qk_norm ? kn.data() : nullptr, .tokens = tokens,
+                                     .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = hd, .eps = eps});
+  std::vector<double> want(qkv.begin(), qkv.end());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads + kv_heads; ++h) {
+      double* v = &want[t * width + h * hd];
+      if (pc.qk_norm) {
+        double sq = 0;
+        for (int64_t i = 0; i < hd; ++i) sq += v[i] * v[i];
+        double r = 1.0 / std::sqrt(sq / hd + eps);
+        for (int64_t i = 0; i < hd; ++i) v[i] = v[i] * r * (h < heads ? qn[i] : kn[i]);
+      }
+      std::vector<double> rotated(hd);
+      for (int64_t i = 0; i < hd; ++i) {
+        double angle = pos[t] * static_cast<double>(inv[i % (hd / 2)]);
+        double partner = i < hd / 2 ? -v[i + hd / 2] : v[i - hd / 2];
+        rotated[i] = v[i] * std::cos(angle) + partner * std::sin(angle);
+      }
+      std::copy(rotated.begin(), rotated.end(), v);
+    }
+  expect_close(got, want, "qk_norm_rope");  // v (last kv_heads·hd columns) must be untouched too
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, RopeTest,
+                         ::testing::Values(RopeCase{64, false, false}, RopeCase{128, true, false},
+                                           RopeCase{64, true, true}, RopeCase{128, false, true}));
+
+TEST(RopeInvFreq, Llama3ScalingMatchesTheFormula) {
+  RopeConfig rope{RopeType::kLlama3, 500000.0, 8.0, 1.0, 4.0, 8192};
+  auto inv = rope_inv_freq(rope, 128);
+  for (int64_t i = 0; i < 64; ++i) {
+    double base = 1.0 / std::pow(500000.0, 2.0 * i / 128.0);
+    double wavelen = 2 * M_PI / base;
+    double want = base;
+    if (wavelen > 8192.0) want = base / 8.0;
+    else if (wavelen >= 2048.0) {
+      double s = (8192.0 / wavelen - 1.0) / 3.0;
+      want = (1 - s) * base / 8.0 + s * base;
+    }
+    EXPECT_NEAR(inv[i], want, 1e-6 * want) << i;
+  }
+}
+
+struct AttnCase {
+  int64_t heads, kv_heads, head_dim;
+};
+
+class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+// A prompt of 19 tokens in slot 1 and a decode token in slot 0 at position 6,
+// in one call: causal prefill and decode are the same op.
+TEST_P(AttentionTest, CausalPrefillAndDecodeInOneBatch) {
+  const AttnCase ac = GetParam();
+  const KvCacheShape cs{.num_slots = 2, .max_seq = 32, .num_kv_heads = ac.kv_heads, .head_dim = ac.head_dim};
+  const int64_t width = (ac.heads + 2 * ac.kv_heads) * ac.head_dim;
+  std::vector<int32_t> slots, pos;
+  for (int32_t p = 0; p < 7; ++p) slots.push_back(0), pos.push_back(p);  // history of slot 0
+  const int64_t history = 7;
+  for (int32_t p = 0; p < 19; ++p) slots.push_back(1), pos.push_back(p);
+  const int64_t tokens = static_cast<int64_t>(slots.size());
+  auto qkv = random_vector(tokens * width, 12, -2.0f, 2.0f);
+  std::vector<float> k(cs.num_slots * cs.slot_stride(), NAN), v(k.size(), NAN);
+  cpu::kv_append(KvAppendParams{.qkv = qkv.data(), .k_cache = k.data(), .v_cache = v.data(), .slots = slots.data(),
+                                .positions = pos.data(), .tokens = tokens, .num_heads = ac.heads, .cache = cs});
+  // Attend for all tokens except slot 0's first six (already "past").
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim));
+  const int64_t first = history - 1;
+  std::vector<float> out((tokens - first) * ac.heads * ac.head_dim, NAN);
+  cpu::attention(AttentionParams{.qkv = qkv.data() + first * width, .k_cache = k.data(), .v_cache = v.data(),
+                                 .slots = slots.data() + first, .positions = pos.data() + first, .out = out.data(),
+                                 .tokens = tokens - first, .num_heads = ac.heads, .cache = cs, .scale = scale});
+  std::vector<double> want(out.size());
+  const int64_t group = ac.heads / ac.kv_heads;
+  for (int64_t t = first; t < tokens; ++t) {
+    // Keys/values of this token's sequence at positions <= its own, from qkv directly.
+    std::vector<int64_t> src;
+    for (int64_t j = 0; j < tokens; ++j)
+      if (slots[j] == slots[t] && pos[j] <= pos[t]) src.push_back(j);
+    for (int64_t h = 0; h < ac.heads; ++h) {
+      const float* q = &qkv[t * width + h * ac.head_dim];
+      int64_t kvh = h / group;
+      std::vector<double> s;
+      double mx = -1e300;
+      for (int64_t j : src) {
+        const float* kk = &qkv[j * width + (ac.heads + kvh) * ac.head_dim];
+        double d = 0;
+        for (int64_t i = 0; i < ac.head_dim; ++i) d += static_cast<double>(q[i]) * kk[i];
+        s.push_back(d * scale);
+        mx = std::max(mx, s.back());
+      }
+      double denom = 0;
+      for (double& e : s) denom += (e = std::exp(e - mx));
+      for (int64_t i = 0; i < ac.head_dim; ++i) {
+        double acc = 0;
+        for (size_t n = 0; n < src.size(); ++n)
+          acc += s[n] * qkv[src[n] * width + (ac.heads + ac.kv_heads + kvh) * ac.head_dim + i];
+        want[((t - first) * ac.heads + h) * ac.head_dim + i] = acc / denom;
+      }
+    }
+  }
+  expect_close(out, want, "attention");
+}
+
+INSTANTIATE_TEST_SUITE_P(Gqa, AttentionTest,
+                         ::testing::Values(AttnCase{4, 4, 64}, AttnCase{8, 2, 64}, AttnCase{5, 1, 128},
+                                           AttnCase{8, 1, 128}));
+
+TEST(KvCache, OutOfRangePositionIsRefused) {
+  const KvCacheShape cs{.num_slots = 1, .max_seq = 4, .num_kv_heads = 1, .head_dim = 2};
+  std::vector<float> qkv(6, 1.0f), k(8), v(8);
+  int32_t slot = 0, pos = 4;
+  EXPECT_THROW(cpu::kv_append(KvAppendParams{.qkv = qkv.data(), .k_cache = k.data(), .v_cache = v.data(),
+                                             .slots = &slot, .positions = &pos, .tokens = 1, .num_heads = 1,
+                                             .cache = cs}),
+               Error);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,193 @@
+// Tensor parallelism on CPU ranks: TP=N against TP=1, each rank reading only
+// its share of the sharded bytes, the replicated-weight checksum, and faults.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <regex>
+#include <thread>
+
+#include "cli_support.h"
+#include "engine/backend.h"
+#include "engine/config.h"
+#include "engine/io/npy.h"
+#include "engine/io/safetensors.h"
+#include "engine/weights.h"
+#include "test_support.h"
+#include "tp/communicator.h"
+#include "tp/sharding.h"
+
+namespace lockstep {
+namespace {
+
+using namespace testing_cli;
+
+// Pretends to be rank `rank` of `size`: collectives only move this rank's data.
+class FakeRankCommunicator final : public Communicator {
+ public:
+  FakeRankCommunicator(int rank, int size, uint64_t others_checksum = 0)
+      : rank_(rank), size_(size), others_(others_checksum) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "fake"; }
+  void all_reduce_sum(void*, int64_t, DType) override {}
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+    for (int r = 0; r < size_; ++r) {
+      auto* dst = static_cast<uint8_t*>(recv) + r * bytes;
+      if (r == rank_ || others_ == 0) std::memcpy(dst, send, bytes);
+      else std::memcpy(dst, &others_, std::min(bytes, sizeof(others_)));
+    }
+  }
+  void broadcast(void*, int64_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+
+ private:
+  int rank_, size_;
+  uint64_t others_;
+};
+
+class Tp : public TempDirTest {
+ protected:
+  std::filesystem::path make_model(const std::string& args) {
+    auto dir = dir_ / "model";
+    CommandResult r = run(lockstep("make-model --out " + dir.string() + " " + args), dir_ / "mk");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return dir;
+  }
+};
+
+TEST_F(Tp, EachRankReadsOnlyItsShareOfTheShardedBytes) {
+  auto model = make_model("--arch qwen2 --preset tiny --num-heads 8 --num-kv-heads 8 --head-dim 8");
+  ModelConfig config = load_model_config(model);
+  for (int size : {1, 2, 4}) {
+    uint64_t total_read = 0, in_checkpoint = 0;
+    for (int rank = 0; rank < size; ++rank) {
+      TensorStore store(model);
+      FakeRankCommunicator comm(rank, size);
+      auto backend = make_cpu_backend();
+      LoadStats stats;
+      load_weights(store, config, ShardPlan::make(config, rank, size), comm, *backend, &stats);
+      double share = static_cast<double>(stats.sharded_bytes_read) / stats.sharded_bytes_in_checkpoint;
+      std::printf("TP=%d rank %d read %.4f of the sharded bytes (%llu of %llu), %llu replicated bytes\n", size, rank,
+                  share, static_cast<unsigned long long>(stats.sharded_bytes_read),
+                  static_cast<unsigned long long>(stats.sharded_bytes_in_checkpoint),
+                  static_cast<unsigned long long>(stats.replicated_bytes_read));
+      EXPECT_NEAR(share, 1.0 / size, 0.01 / size);
+      EXPECT_EQ(stats.replicated_bytes_read > 0, rank == 0);  // replicated weights come from rank 0
+      total_read += stats.sharded_bytes_read;
+      in_checkpoint = stats.sharded_bytes_in_checkpoint;
+    }
+    EXPECT_EQ(total_read, in_checkpoint);  // together the ranks read every sharded byte exactly once
+  }
+}
+
+TEST_F(Tp, ReplicatedChecksumMismatchIsAClearError) {
+  auto model = make_model("--arch llama --preset tiny");
+  ModelConfig config = load_model_config(model);
+  TensorStore store(model);
+  FakeRankCommunicator comm(0, 2, /*others_checksum=*/0x1234);
+  auto backend = make_cpu_backend();
+  expect_error([&] { load_weights(store, config, ShardPlan::make(config, 0, 2), comm, *backend, nullptr); },
+               ErrorKind::kRankFailure, {"replicated weights checksum", "rank(s) 1"});
+}
+
+struct LogitsRun {
+  std::string ids;
+  NpyArray generate_logits;
+  NpyArray score_logits;
+};
+
+LogitsRun run_tp(const std::filesystem::path& model, int ranks, const std::filesystem::path& scratch,
+                 const std::string& prompt, int new_tokens) {
+  std::string launcher = ranks == 1 ? "" : mpirun(ranks);
+  auto g = scratch / ("g" + std::to_string(ranks) + ".npy"), s = scratch / ("s" + std::to_string(ranks) + ".npy");
+  CommandResult gen = run(launcher + lockstep("generate --model " + model.string() + " --prompt-ids " + prompt +
+                                              " --ignore-eos --max-new-tokens " + std::to_string(new_tokens) +
+                                              " --dump-logits " + g.string()),
+                          scratch / "gen", 300);
+  EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  CommandResult sc = run(launcher + lockstep("score --model " + model.string() + " --prompt-ids " + prompt +
+                                             " --dump-logits " + s.string()),
+                         scratch / "score", 300);
+  EXPECT_EQ(sc.exit_code, 0) << sc.err;
+  if (gen.exit_code != 0 || sc.exit_code != 0) return {};
+  return {gen.out, read_npy(g), read_npy(s)};
+}
+
+double max_abs_diff(const NpyArray& a, const NpyArray& b) {
+  EXPECT_EQ(a.shape, b.shape);
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.values.size(), b.values.size()); ++i) m = std::max(m, std::abs(a.values[i] - b.values[i]));
+  return m;
+}
+
+double stddev(const NpyArray& a) {
+  double s = 0, sq = 0;
+  for (double v : a.values) s += v, sq += v * v;
+  double n = static_cast<double>(a.values.size());
+  return std::sqrt(sq / n - (s / n) * (s / n));
+}
+
+// TP=2 and TP=4 (with KV heads replicated at TP=4 and the vocabulary padded
+// at both) give the TP=1 greedy ids and logits within 1e-3 of their std:
+// only the order of float32 sums differs.
+TEST_F(Tp, TpTwoAndFourMatchTpOne) {
+  auto model = make_model("--arch qwen3 --preset tiny --vocab-size 509 --tie-word-embeddings");
+  LogitsRun one = run_tp(model, 1, dir_, "3,1,4,1,5,9,2,6", 8);
+  for (int ranks : {2, 4}) {
+    LogitsRun n = run_tp(model, ranks, dir_, "3,1,4,1,5,9,2,6", 8);
+    EXPECT_EQ(n.ids, one.ids) << "TP=" << ranks;
+    double gen_err = max_abs_diff(n.generate_logits, one.generate_logits);
+    double score_err = max_abs_diff(n.score_logits, one.score_logits);
+    double tol = 1e-3 * stddev(one.score_logits);
+    std::printf("TP=%d vs TP=1: max |diff| generate %.3g, score %.3g (tolerance %.3g)\n", ranks, gen_err, score_err, tol);
+    EXPECT_LE(gen_err, tol);
+    EXPECT_LE(score_err, tol);
+  }
+}
+
+TEST_F(Tp, IndivisibleTpSizeIsRefusedOnEveryRank) {
+  auto model = make_model("--arch llama --preset tiny");
+  CommandResult r = run(mpirun(3) + lockstep("generate --model " + model.string() + " --prompt-ids 1"), dir_ / "r", 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("tensor-parallel size 3 does not divide num_attention_heads 4"), std::string::npos) << r.err;
+}
+
+// Kills rank 1 mid-generation: the whole job must end within 10 s, non-zero.
+TEST_F(Tp, KilledRankTakesTheJobDownWithinTenSeconds) {
+  auto model = make_model("--arch llama --preset small");
+  auto log = dir_ / "job.log", rc = dir_ / "job.rc";
+  std::string job = "(" + mpirun(2) + lockstep("--log-level info generate --model " + model.string() +
+                                               " --prompt-ids 1,2,3 --ignore-eos --max-new-tokens 2000") +
+                    " >" + log.string() + " 2>&1; echo $? >" + rc.string() + ") &";
+  ASSERT_EQ(std::system(job.c_str()), 0);
+  std::regex pid_line(R"(\[rank 1\] \[info\] rank 1 of 2 \(local rank \d+\), pid (\d+))");
+  std::smatch m;
+  long pid = 0;
+  for (int i = 0; i < 600 && pid == 0; ++i) {  // up to 60 s for start-up and loading
+    std::string text = read_file(log);
+    if (std::regex_search(text, m, pid_line) && text.find("[rank 1] [info] loaded") != std::string::npos)
+      pid = std::stol(m[1]);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(pid, 0) << read_file(log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // well into decoding
+  ASSERT_FALSE(std::filesystem::exists(rc)) << "job ended before the kill: " << read_file(log);
+  auto killed = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
+  while (!std::filesystem::exists(rc) && std::chrono::steady_clock::now() - killed < std::chrono::seconds(20))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::printf("job ended %.2f s after rank 1 was killed\n", seconds);
+  ASSERT_TRUE(std::filesystem::exists(rc)) << "job still running 20 s after the kill";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_NE(std::stoi(read_file(rc)), 0);
+}
+
+}  // namespace
+}  // namespace lockstep
