@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The first README command: installs what is missing, builds, writes the tiny
+# default model and generates from it on 2 ranks under mpirun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+bash scripts/deps.sh
+bash scripts/build.sh
+model=build/models/tiny-llama
+[[ -f $model/config.json ]] || build/lockstep make-model --arch llama --preset tiny --out "$model"
+echo "== mpirun -np 2 build/lockstep generate --model $model --prompt-ids 1,2,3,4 --max-new-tokens 16"
+mpirun -np 2 build/lockstep generate --model "$model" --prompt-ids 1,2,3,4 --max-new-tokens 16 --ignore-eos
