@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   auto* level_opt = app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")
                         ->capture_default_str();
+  double collective_timeout_s = 60.0;
+  app.add_option("--collective-timeout", collective_timeout_s,
+                 "seconds a collective may take before the job is ended (a peer that stopped or hangs)")
+      ->capture_default_str();
   cli::CommandTable table;
   cli::add_model_commands(app, table);
   cli::add_make_model_command(app, table);
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
   int code = 1;
   try {
     cli::setup_logging(log_level, level_opt->count() > 0);
+    cli::connect_world(collective_timeout_s);
     spdlog::info("rank {} of {} (local rank {}), pid {}", cli::world().rank, cli::world().size,
                  cli::world().local_rank, static_cast<long>(getpid()));
     for (auto& [sub, run] : table.entries)

@@ -43,10 +43,13 @@ World& init_world(int* argc, char*** argv) {
     MPI_Comm_size(local, &w.local_size);
     MPI_Comm_free(&local);
   }
-  w.comm = w.size > 1 ? make_mpi_communicator() : make_single_rank_communicator();
   process_identity().rank = w.rank;
   process_identity().world_size = w.size;
   return w;
+}
+
+void connect_world(double collective_timeout_s) {
+  g_world.comm = g_world.size > 1 ? make_mpi_communicator(collective_timeout_s) : make_single_rank_communicator();
 }
 
 void finalize_world() {

@@ -23,6 +23,8 @@ struct World {
 // Initializes MPI when launched by an MPI launcher; fills process_identity().
 World& init_world(int* argc, char*** argv);
 World& world();
+// Creates the tensor-parallel communicator (after the command line is parsed).
+void connect_world(double collective_timeout_s);
 void finalize_world();
 // Ends the whole job after a failure on this rank: MPI_Abort when several
 // ranks run (every rank exits non-zero), else exit(code).

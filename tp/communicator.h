@@ -25,12 +25,23 @@ class Communicator {
   virtual void barrier() = 0;
   // Ends every rank of the job; never returns.
   [[noreturn]] virtual void abort(int exit_code) = 0;
+  // The host is about to wait for (stops waiting for) work that contains
+  // collectives; a transport with a watchdog ends the job when the wait
+  // outlasts the collective timeout. No-ops by default.
+  virtual void wait_begins(const char* /*what*/) {}
+  virtual void wait_ends() {}
 };
 
 std::unique_ptr<Communicator> make_single_rank_communicator();
 
-// Requires MPI to be initialized (launch/ does it). Uses MPI_COMM_WORLD.
-std::unique_ptr<Communicator> make_mpi_communicator();
+// Requires MPI to be initialized (launch/ does it). Uses MPI_COMM_WORLD. A
+// collective that has not completed after collective_timeout_s (a peer that
+// stopped or hangs) ends this rank, and with it the job, naming the collective.
+std::unique_ptr<Communicator> make_mpi_communicator(double collective_timeout_s);
+
+// Ends this process at once after a failure that other threads may be stuck
+// behind (logs the message first); mpirun then ends the whole job.
+[[noreturn]] void end_process_after_collective_failure(const std::string& message);
 
 // Compares a checksum across ranks (all-gather) and throws kRankFailure naming
 // the ranks that disagree with rank 0 and what was compared.
