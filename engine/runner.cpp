@@ -49,6 +49,7 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
   act_buf_ = alloc_elems(backend_, T * plan_.inter_local, act_);
   lm_in_ = alloc_elems(backend_, limits_.max_logit_rows * hidden, act_);
   logits_ = alloc_elems(backend_, limits_.max_logit_rows * plan_.vocab_local, act_);
+  logits_gathered_ = alloc_elems(backend_, plan_.size * limits_.max_logit_rows * plan_.vocab_local, act_);
 }
 
 KvCacheShape Runner::cache_shape() const {

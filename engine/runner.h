@@ -42,6 +42,8 @@ class Runner {
   Span embedding_partial() const;  // [tokens, hidden], summed over ranks
   Span layer_partial() const;      // [tokens, hidden], summed over ranks
   Span logits_local() const;       // [logit rows, vocab_local]
+  // Receives the all-gather of logits_local: [ranks][logit rows][vocab_local].
+  void* logits_gathered() const { return logits_gathered_.data(); }
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
@@ -68,7 +70,7 @@ class Runner {
   Buffer inv_freq_;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer
   Buffer ids_, slots_, positions_, logit_rows_buf_;
-  Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_;
+  Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_, logits_gathered_;
   int64_t tokens_ = 0;
   int64_t logit_rows_ = 0;
 };

@@ -41,21 +41,25 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
   return logits_;
 }
 
-// Each rank holds [rows, vocab_local] of the padded vocabulary; after the
-// all-gather every rank has [ranks][rows][vocab_local] and re-assembles
-// [rows, vocab], dropping the padding columns so padding can never be sampled.
+// Each rank holds [rows, vocab_local] of the padded vocabulary. The
+// all-gather runs in backend memory (on the GPU: on the compute stream); the
+// one host wait of the step is the copy of the gathered logits, after which
+// every rank re-assembles [rows, vocab], dropping the padding columns so that
+// padding can never be sampled.
 void TpGroup::gather_logits() {
   const Runner::Span local = runner_.logits_local();
   const int64_t rows = runner_.batch_logit_rows();
   const int64_t vl = runner_.plan().vocab_local;
   const int64_t vocab = runner_.config().vocab_size;
   const DType act = runner_.backend().act_dtype();
-  local_raw_.resize(static_cast<size_t>(local.count) * dtype_size(act));
-  runner_.backend().to_host(local_raw_.data(), local.data, static_cast<int64_t>(local_raw_.size()));
-  local_f32_.resize(static_cast<size_t>(local.count));
-  convert_to_f32(local_raw_.data(), act, local_f32_.data(), local_f32_.size());
-  gathered_.resize(static_cast<size_t>(local.count * comm_.size()));
-  comm_.all_gather(local_f32_.data(), gathered_.data(), local.count, DType::kF32);
+  comm_.all_gather(local.data, runner_.logits_gathered(), local.count, act);
+  const size_t total = static_cast<size_t>(local.count * comm_.size());
+  gathered_raw_.resize(total * dtype_size(act));
+  comm_.wait_begins("the decode step's collectives");
+  runner_.backend().to_host(gathered_raw_.data(), runner_.logits_gathered(), static_cast<int64_t>(gathered_raw_.size()));
+  comm_.wait_ends();
+  gathered_.resize(total);
+  convert_to_f32(gathered_raw_.data(), act, gathered_.data(), total);
   logits_.assign(static_cast<size_t>(rows * vocab), 0.0f);
   for (int r = 0; r < comm_.size(); ++r) {
     const int64_t begin = r * vl;

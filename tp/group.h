@@ -33,8 +33,7 @@ class TpGroup {
 
   Communicator& comm_;
   Runner& runner_;
-  std::vector<uint8_t> local_raw_;
-  std::vector<float> local_f32_;
+  std::vector<uint8_t> gathered_raw_;
   std::vector<float> gathered_;
   std::vector<float> logits_;
 };
