@@ -26,7 +26,7 @@ void append_utf8(std::string& out, char32_t cp);
 // already known to be unchanged by NFC.
 bool nfc(std::string_view s, std::string& out);
 bool is_white_space(char32_t cp);  // Unicode White_Space (Rust char::is_whitespace)
-bool is_word_char(char32_t cp);    // regex \w: letters, marks, digits, connector punctuation
+bool is_word_char(char32_t cp);    // Rust regex \w: alphabetic, marks, Nd, Pc, Join_Control
 
 // GPT-2 byte <-> unicode mapping used by the ByteLevel pre-tokenizer/decoder.
 struct ByteLevelTable {
