@@ -1,6 +1,8 @@
 // Loading tokenizer.json: what is supported is built, anything else refused.
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -191,6 +193,7 @@ void add_added_tokens(const json& list, TokenizerImpl& impl) {
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
+  auto start = std::chrono::steady_clock::now();
   std::filesystem::path path = tokenizer_json;
   if (std::filesystem::is_directory(path)) path /= "tokenizer.json";
   tok_detail::TokenizerJson file = tok_detail::read_tokenizer_json(path);
@@ -216,7 +219,10 @@ Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
   } catch (const json::exception& e) {
     LS_FAIL(ErrorKind::kModel, "{}: unexpected structure: {}", path.string(), e.what());
   }
-  return Tokenizer(std::move(impl));
+  Tokenizer tokenizer(std::move(impl));
+  spdlog::debug("loaded {} ({} ids) in {:.3f} s", path.string(), tokenizer.vocab_size(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return tokenizer;
 }
 
 }  // namespace lockstep
