@@ -9,6 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
+
+#include <unistd.h>
 
 #include "common/error.h"
 #include "tokenizer/tok_internal.h"
@@ -33,6 +36,12 @@ std::string read_file(const fs::path& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// A temporary path unique to this process (tests may run in parallel).
+fs::path temp_path(const std::string& name) {
+  return fs::temp_directory_path() /
+         ("lockstep_test_" + std::to_string(::getpid()) + "_" + name);
 }
 
 std::vector<int32_t> read_ids(const fs::path& path) {
@@ -160,6 +169,20 @@ TEST(Tokenizer, BasicsOnSmallFixture) {
   EXPECT_EQ(tok.decode({104, 105, 299}), "hi<|end_of_text|>");
 }
 
+// encode() is const and may be called from several threads at once (the word
+// cache is shared).
+TEST(Tokenizer, ConcurrentEncodeGivesTheSameIds) {
+  Tokenizer tok = Tokenizer::load(data_dir() / "fixtures" / "gen4096.json");
+  std::string text = read_file(data_dir() / "corpus" / "long_document.txt");
+  std::vector<int32_t> expected = tok.encode(text);
+  Tokenizer fresh = Tokenizer::load(data_dir() / "fixtures" / "gen4096.json");
+  std::vector<std::vector<int32_t>> results(4);
+  std::vector<std::thread> threads;
+  for (auto& r : results) threads.emplace_back([&fresh, &text, &r] { r = fresh.encode(text); });
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) EXPECT_EQ(r, expected);
+}
+
 TEST(Tokenizer, RefusesInvalidInput) {
   Tokenizer tok = small();
   try {
@@ -211,7 +234,7 @@ TEST(Tokenizer, TakeCompleteUtf8) {
 void expect_refused(const std::function<void(nlohmann::json&)>& edit, const std::string& needle) {
   nlohmann::json j = nlohmann::json::parse(read_file(data_dir() / "fixtures" / "gen300.json"));
   edit(j);
-  fs::path path = fs::temp_directory_path() / "lockstep_test_refused_tokenizer.json";
+  fs::path path = temp_path("refused_tokenizer.json");
   std::ofstream(path) << j.dump();
   try {
     Tokenizer::load(path);
@@ -248,9 +271,8 @@ TEST(Tokenizer, RefusesUnsupportedTypesByName) {
 }
 
 TEST(Tokenizer, GeneratedByteLevelBpeLoadsAndRoundTrips) {
-  fs::path dir = fs::temp_directory_path();
   for (int32_t vocab : {260, 300, 4096}) {
-    fs::path path = dir / ("lockstep_test_gen" + std::to_string(vocab) + ".json");
+    fs::path path = temp_path("gen" + std::to_string(vocab) + ".json");
     write_byte_level_bpe_tokenizer(path, vocab);
     Tokenizer tok = Tokenizer::load(path);
     EXPECT_EQ(tok.vocab_size(), vocab);
@@ -268,7 +290,7 @@ TEST(Tokenizer, GeneratedByteLevelBpeLoadsAndRoundTrips) {
     fs::remove(path);
   }
   try {
-    write_byte_level_bpe_tokenizer(dir / "lockstep_test_small.json", 259);
+    write_byte_level_bpe_tokenizer(temp_path("small.json"), 259);
     FAIL() << "vocab size 259 accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <unordered_set>
 
 #include "common/error.h"
 #include "tokenizer/tok_internal.h"
@@ -42,7 +42,7 @@ It's a test, isn't it? We'll see what they've done, and I'm sure you'd agree.
 
 struct Trainer {
   std::vector<std::string> tokens;  // raw bytes by id
-  std::set<std::string> known;
+  std::unordered_set<std::string> known;
   std::vector<std::pair<int32_t, int32_t>> merges;
   std::vector<std::pair<std::vector<int32_t>, int64_t>> words;
 
@@ -133,8 +133,14 @@ nlohmann::ordered_json added_token(int32_t id, const char* content) {
 
 nlohmann::ordered_json tokenizer_json(const Trainer& t, int32_t vocab_size) {
   using nlohmann::ordered_json;
+  // Tokens are distinct, so entries are appended without ordered_json's
+  // linear look-up per insertion.
   ordered_json vocab = ordered_json::object();
-  for (size_t i = 0; i < t.tokens.size(); ++i) vocab[byte_level_encode(t.tokens[i])] = i;
+  auto& entries = vocab.get_ref<ordered_json::object_t&>();
+  entries.reserve(t.tokens.size());
+  for (size_t i = 0; i < t.tokens.size(); ++i) {
+    entries.std::vector<ordered_json::object_t::value_type>::emplace_back(byte_level_encode(t.tokens[i]), i);
+  }
   ordered_json merges = ordered_json::array();
   for (auto [a, b] : t.merges) {
     merges.push_back(byte_level_encode(t.tokens[a]) + " " + byte_level_encode(t.tokens[b]));
