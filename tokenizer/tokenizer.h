@@ -8,6 +8,12 @@
 // Hugging Face tokenizers does by default, honouring lstrip / rstrip /
 // single_word / normalized. Anything else is refused with ErrorKind::kModel
 // naming the unsupported type or option.
+//
+// Ids match Hugging Face tokenizers 0.23 (tests/test_tokenizer.cpp), including
+// its NFC with Unicode 9.0 tables. The Split regex runs on PCRE2 10.42, whose
+// \p{L}/\p{N} follow Unicode 14: letters and digits assigned later may split
+// differently from HF's Oniguruma. A Tokenizer is immutable after load();
+// encode/decode may be called from several threads at once.
 #pragma once
 
 #include <cstdint>
