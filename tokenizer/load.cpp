@@ -1,0 +1,228 @@
+// Loading tokenizer.json: what is supported is built, anything else refused.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
+
+namespace lockstep {
+
+using nlohmann::json;
+using tok_detail::TokenizerImpl;
+
+namespace {
+
+// The GPT-2 pattern ByteLevel(use_regex=true) splits with.
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+std::string type_of(const json& j, const char* what) {
+  LS_REQUIRE(j.is_object() && j.contains("type") && j["type"].is_string(), ErrorKind::kModel,
+             "tokenizer.json: {} has no \"type\"", what);
+  return j["type"].get<std::string>();
+}
+
+bool flag(const json& j, const char* key, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  LS_REQUIRE(j[key].is_boolean(), ErrorKind::kModel, "tokenizer.json: \"{}\" is not a boolean", key);
+  return j[key].get<bool>();
+}
+
+void parse_normalizer(const json& j, TokenizerImpl& impl) {
+  if (j.is_null()) return;
+  std::string type = type_of(j, "normalizer");
+  if (type == "NFC") {
+    impl.nfc_normalizer = true;
+  } else if (type == "Sequence") {
+    for (const json& n : j.at("normalizers")) parse_normalizer(n, impl);
+  } else {
+    LS_FAIL(ErrorKind::kModel, "tokenizer.json: normalizer type '{}' is not supported (only NFC)",
+            type);
+  }
+}
+
+void parse_split(const json& j, TokenizerImpl& impl) {
+  std::string behavior = j.value("behavior", "");
+  LS_REQUIRE(behavior == "Isolated", ErrorKind::kModel,
+             "tokenizer.json: Split behavior '{}' is not supported (only Isolated)", behavior);
+  LS_REQUIRE(!flag(j, "invert", false), ErrorKind::kModel,
+             "tokenizer.json: Split with invert true is not supported");
+  const json& pattern = j.at("pattern");
+  if (pattern.contains("Regex")) {
+    impl.splitters.push_back(
+        std::make_unique<tok_detail::RegexSplitter>(pattern["Regex"].get<std::string>()));
+  } else if (pattern.contains("String")) {
+    impl.splitters.push_back(std::make_unique<tok_detail::RegexSplitter>(
+        tok_detail::escape_regex_literal(pattern["String"].get<std::string>())));
+  } else {
+    LS_FAIL(ErrorKind::kModel, "tokenizer.json: Split pattern is neither Regex nor String");
+  }
+}
+
+void parse_pre_tokenizer(const json& j, TokenizerImpl& impl, bool& byte_level) {
+  std::string type = type_of(j, "pre_tokenizer");
+  LS_REQUIRE(!byte_level, ErrorKind::kModel,
+             "tokenizer.json: pre-tokenizer '{}' after ByteLevel is not supported", type);
+  if (type == "Sequence") {
+    for (const json& p : j.at("pretokenizers")) parse_pre_tokenizer(p, impl, byte_level);
+  } else if (type == "Split") {
+    parse_split(j, impl);
+  } else if (type == "ByteLevel") {
+    LS_REQUIRE(!flag(j, "add_prefix_space", true), ErrorKind::kModel,
+               "tokenizer.json: ByteLevel pre-tokenizer with add_prefix_space true is not supported");
+    if (flag(j, "use_regex", true)) {
+      impl.splitters.push_back(std::make_unique<tok_detail::RegexSplitter>(kGpt2Pattern));
+    }
+    byte_level = true;
+  } else {
+    LS_FAIL(ErrorKind::kModel, "tokenizer.json: pre-tokenizer type '{}' is not supported", type);
+  }
+}
+
+void parse_decoder(const json& j) {
+  if (j.is_null()) return;
+  std::string type = type_of(j, "decoder");
+  if (type == "Sequence") {
+    for (const json& d : j.at("decoders")) parse_decoder(d);
+    return;
+  }
+  LS_REQUIRE(type == "ByteLevel", ErrorKind::kModel,
+             "tokenizer.json: decoder type '{}' is not supported (only ByteLevel)", type);
+}
+
+void check_bpe_options(const json& model) {
+  std::string type = model.value("type", "BPE");
+  LS_REQUIRE(type == "BPE", ErrorKind::kModel,
+             "tokenizer.json: model type '{}' is not supported (only BPE)", type);
+  LS_REQUIRE(!model.contains("dropout") || model["dropout"].is_null(), ErrorKind::kModel,
+             "tokenizer.json: BPE dropout is not supported");
+  LS_REQUIRE(!flag(model, "byte_fallback", false), ErrorKind::kModel,
+             "tokenizer.json: BPE byte_fallback is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    LS_REQUIRE(!model.contains(key) || model[key].is_null() || model[key] == "", ErrorKind::kModel,
+               "tokenizer.json: BPE {} is not supported", key);
+  }
+}
+
+void set_id(TokenizerImpl& impl, int32_t id, std::string bytes) {
+  auto index = static_cast<size_t>(id);
+  if (index >= impl.id_bytes.size()) {
+    impl.id_bytes.resize(index + 1);
+    impl.id_known.resize(index + 1, false);
+    impl.id_special.resize(index + 1, false);
+  }
+  impl.id_bytes[index] = std::move(bytes);
+  impl.id_known[index] = true;
+}
+
+int32_t checked_id(const json& v, const std::string& token) {
+  LS_REQUIRE(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (1LL << 30),
+             ErrorKind::kModel, "tokenizer.json: token '{}' has an invalid id", token);
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+int32_t spelling_id(const TokenizerImpl& impl, std::string_view spelling, size_t rank) {
+  int32_t id = impl.spelling_to_id.get(spelling);
+  LS_REQUIRE(id >= 0, ErrorKind::kModel,
+             "tokenizer.json: merge {} uses '{}', which is not in the vocab", rank, spelling);
+  return id;
+}
+
+void build_model(const json& model, tok_detail::TokenizerJson& file, TokenizerImpl& impl) {
+  check_bpe_options(model);
+  LS_REQUIRE(file.has_vocab && file.has_merges, ErrorKind::kModel,
+             "tokenizer.json: BPE model needs a vocab object and a merges list");
+  bool ignore_merges = flag(model, "ignore_merges", false);
+  tok_detail::FlatStringMap raw_vocab;  // all of it for ignore_merges, else the bytes
+  raw_vocab.reserve(ignore_merges ? file.vocab.size() : 256);
+  file.vocab.for_each([&](std::string_view spelling, int32_t id) {
+    std::optional<std::string> raw = tok_detail::byte_level_decode(spelling);
+    // A spelling outside the byte-level alphabet can never be produced by
+    // encoding; HF's decoder emits its UTF-8 as is.
+    set_id(impl, id, raw ? *raw : std::string(spelling));
+    if (raw && (ignore_merges || raw->size() == 1)) raw_vocab.set(*raw, id);
+  });
+  impl.spelling_to_id = std::move(file.vocab);
+  std::vector<tok_detail::MergeIds> merges = std::move(file.merges);
+  std::string joined;
+  for (const auto& [a, b] : file.unresolved_merges) {  // the merges came before the vocab
+    size_t rank = merges.size();
+    joined.assign(a).append(b);
+    merges.push_back({spelling_id(impl, a, rank), spelling_id(impl, b, rank),
+                      spelling_id(impl, joined, rank)});
+  }
+  std::optional<int32_t> unk;
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    int32_t id = impl.spelling_to_id.get(model["unk_token"].get<std::string>());
+    LS_REQUIRE(id >= 0, ErrorKind::kModel, "tokenizer.json: unk_token is not in the vocab");
+    unk = id;
+  }
+  impl.bpe = std::make_unique<tok_detail::BpeModel>(raw_vocab, merges, ignore_merges, unk);
+}
+
+void add_added_tokens(const json& list, TokenizerImpl& impl) {
+  if (list.is_null()) return;
+  LS_REQUIRE(list.is_array(), ErrorKind::kModel, "tokenizer.json: added_tokens is not a list");
+  for (const json& j : list) {
+    tok_detail::AddedToken t;
+    t.content = j.at("content").get<std::string>();
+    t.id = checked_id(j.at("id"), t.content);
+    t.special = flag(j, "special", false);
+    t.lstrip = flag(j, "lstrip", false);
+    t.rstrip = flag(j, "rstrip", false);
+    t.single_word = flag(j, "single_word", false);
+    t.normalized = flag(j, "normalized", !t.special);
+    set_id(impl, t.id, t.content);
+    impl.id_special[static_cast<size_t>(t.id)] = t.special;
+    impl.spelling_to_id.set(t.content, t.id);
+    if (t.content.empty()) continue;
+    if (t.normalized) {
+      std::string pattern = t.content;
+      if (impl.nfc_normalizer) tok_detail::nfc(t.content, pattern);
+      impl.normalized_added.add(t, std::move(pattern));
+    } else {
+      impl.raw_added.add(t, t.content);
+    }
+  }
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
+  auto start = std::chrono::steady_clock::now();
+  std::filesystem::path path = tokenizer_json;
+  if (std::filesystem::is_directory(path)) path /= "tokenizer.json";
+  tok_detail::TokenizerJson file = tok_detail::read_tokenizer_json(path);
+  const json& root = file.root;
+  auto impl = std::make_unique<TokenizerImpl>();
+  try {
+    LS_REQUIRE(root.is_object() && root.contains("model"), ErrorKind::kModel,
+               "{} has no \"model\"", path.string());
+    parse_normalizer(root.value("normalizer", json()), *impl);
+    bool byte_level = false;
+    json pre = root.value("pre_tokenizer", json());
+    if (!pre.is_null()) parse_pre_tokenizer(pre, *impl, byte_level);
+    LS_REQUIRE(byte_level, ErrorKind::kModel,
+               "tokenizer.json: only byte-level BPE is supported (no ByteLevel pre-tokenizer)");
+    parse_decoder(root.value("decoder", json()));
+    for (const char* key : {"truncation", "padding"}) {
+      if (root.contains(key) && !root[key].is_null()) {
+        spdlog::warn("{}: \"{}\" is set and ignored", path.string(), key);
+      }
+    }
+    build_model(root["model"], file, *impl);
+    add_added_tokens(root.value("added_tokens", json()), *impl);
+  } catch (const json::exception& e) {
+    LS_FAIL(ErrorKind::kModel, "{}: unexpected structure: {}", path.string(), e.what());
+  }
+  Tokenizer tokenizer(std::move(impl));
+  spdlog::debug("loaded {} ({} ids) in {:.3f} s", path.string(), tokenizer.vocab_size(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return tokenizer;
+}
+
+}  // namespace lockstep

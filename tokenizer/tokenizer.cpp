@@ -1,0 +1,144 @@
+// Tokenizer: encode/decode and the streaming decoder. Loading is in load.cpp.
+#include "tokenizer/tokenizer.h"
+
+#include "common/error.h"
+#include "tokenizer/tokenizer_impl.h"
+
+namespace lockstep {
+
+using tok_detail::Segment;
+
+Tokenizer::Tokenizer(std::unique_ptr<tok_detail::TokenizerImpl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+namespace tok_detail {
+
+void TokenizerImpl::encode_pretokenized(std::string_view text, std::vector<int32_t>& out) const {
+  thread_local std::vector<std::pair<size_t, size_t>> pieces;
+  thread_local std::vector<std::pair<size_t, size_t>> next;
+  pieces.clear();
+  pieces.emplace_back(0, text.size());
+  for (const auto& splitter : splitters) {
+    next.clear();
+    for (auto [b, e] : pieces) splitter->split(text.substr(b, e - b), b, next);
+    pieces.swap(next);
+  }
+  for (auto [b, e] : pieces) bpe->encode_word(text.substr(b, e - b), out);
+}
+
+void TokenizerImpl::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
+  std::string normalized;
+  std::string_view s = text;
+  if (nfc_normalizer && nfc(text, normalized)) s = normalized;
+  if (normalized_added.empty()) {
+    encode_pretokenized(s, out);
+    return;
+  }
+  std::vector<Segment> segments;
+  normalized_added.split(s, segments);
+  for (const Segment& seg : segments) {
+    if (seg.id >= 0) {
+      out.push_back(seg.id);
+    } else {
+      encode_pretokenized(s.substr(seg.begin, seg.end - seg.begin), out);
+    }
+  }
+}
+
+}  // namespace tok_detail
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  size_t bad = tok_detail::find_invalid_utf8(text);
+  LS_REQUIRE(bad == std::string_view::npos, ErrorKind::kInvalidArgument,
+             "text to tokenize is not valid UTF-8 (byte offset {})", bad);
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  if (impl_->raw_added.empty()) {
+    impl_->encode_plain(text, out);
+    return out;
+  }
+  std::vector<Segment> segments;
+  impl_->raw_added.split(text, segments);
+  for (const Segment& seg : segments) {
+    if (seg.id >= 0) {
+      out.push_back(seg.id);
+    } else {
+      impl_->encode_plain(text.substr(seg.begin, seg.end - seg.begin), out);
+    }
+  }
+  return out;
+}
+
+const std::string& Tokenizer::token_bytes(int32_t id) const {
+  LS_REQUIRE(id >= 0 && id < vocab_size() && impl_->id_known[static_cast<size_t>(id)],
+             ErrorKind::kInvalidArgument, "token id {} is not in the tokenizer's vocabulary (size {})",
+             id, vocab_size());
+  return impl_->id_bytes[static_cast<size_t>(id)];
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) out += token_bytes(id);
+  return out;
+}
+
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
+
+std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
+  int32_t id = impl_->spelling_to_id.get(token);
+  if (id < 0) return std::nullopt;
+  return id;
+}
+
+bool Tokenizer::is_special(int32_t id) const {
+  return id >= 0 && id < vocab_size() && impl_->id_special[static_cast<size_t>(id)];
+}
+
+std::string take_complete_utf8(std::string& bytes) {
+  std::string out;
+  size_t i = 0;
+  const size_t n = bytes.size();
+  while (i < n) {
+    auto c = static_cast<unsigned char>(bytes[i]);
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (len != 0 && i + len > n) {
+      // Possibly incomplete: hold back if what is there are continuation bytes.
+      bool prefix = true;
+      for (size_t k = i + 1; k < n; ++k) prefix = prefix && (static_cast<unsigned char>(bytes[k]) & 0xC0) == 0x80;
+      if (prefix) break;
+    }
+    if (len != 0 && i + len <= n &&
+        tok_detail::find_invalid_utf8(std::string_view(bytes).substr(i, len)) == std::string_view::npos) {
+      out.append(bytes, i, len);
+      i += len;
+      continue;
+    }
+    out += "\xEF\xBF\xBD";  // U+FFFD for a byte that cannot start valid UTF-8 here
+    ++i;
+  }
+  bytes.erase(0, i);
+  return out;
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  pending_ += tokenizer_->token_bytes(id);
+  return take_complete_utf8(pending_);
+}
+
+std::string StreamDecoder::flush() {
+  std::string out = take_complete_utf8(pending_);
+  if (!pending_.empty()) {
+    out += "\xEF\xBF\xBD";
+    pending_.clear();
+  }
+  return out;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,95 @@
+// Hugging Face `tokenizer.json` loader and byte-level BPE tokenizer.
+//
+// Supported (what Llama-3, Qwen2 and Qwen3 ship): model BPE (merges as "a b"
+// strings or ["a", "b"] pairs, ignore_merges), normalizer null / NFC /
+// Sequence[NFC], pre-tokenizer Split(Regex|String, Isolated, invert false) and
+// ByteLevel (add_prefix_space false), alone or in a Sequence, decoder ByteLevel
+// (or null). Added tokens (special or not) are matched inside the text as
+// Hugging Face tokenizers does by default, honouring lstrip / rstrip /
+// single_word / normalized. Anything else is refused with ErrorKind::kModel
+// naming the unsupported type or option.
+//
+// Ids match Hugging Face tokenizers 0.23 (tests/test_tokenizer.cpp), including
+// its NFC with Unicode 9.0 tables. The Split regex runs on PCRE2 10.42, whose
+// \p{L}/\p{N} follow Unicode 14: letters and digits assigned later may split
+// differently from HF's Oniguruma. A Tokenizer is immutable after load();
+// encode/decode may be called from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lockstep {
+
+namespace tok_detail {
+struct TokenizerImpl;
+}
+
+class Tokenizer {
+ public:
+  // Loads a tokenizer.json file (or, given a folder, the tokenizer.json in it).
+  static Tokenizer load(const std::filesystem::path& tokenizer_json);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  // Ids of `text` (valid UTF-8), with no special tokens added; added and
+  // special tokens written in the text are matched (HF's default).
+  std::vector<int32_t> encode(std::string_view text) const;
+
+  // Raw bytes of the tokens, concatenated (special tokens as their text). May
+  // end in, or contain, incomplete UTF-8. Unknown ids are refused
+  // (kInvalidArgument).
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  // Raw bytes of one token; kInvalidArgument for an unknown id.
+  const std::string& token_bytes(int32_t id) const;
+
+  // One past the largest id of the model vocabulary and the added tokens.
+  int32_t vocab_size() const;
+
+  // Id of a token written as in tokenizer.json (added token content, or a
+  // model vocabulary entry in its byte-level spelling such as "Ġthe").
+  std::optional<int32_t> token_id(std::string_view token) const;
+
+  // True when `id` is an added token marked special.
+  bool is_special(int32_t id) const;
+
+ private:
+  explicit Tokenizer(std::unique_ptr<tok_detail::TokenizerImpl> impl);
+  std::unique_ptr<tok_detail::TokenizerImpl> impl_;
+};
+
+// Turns a stream of ids into text, returning only complete UTF-8: the bytes of
+// a character split across tokens are held back until it is complete. Bytes
+// that can never form valid UTF-8 come out as U+FFFD, so all output is valid.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+  std::string push(int32_t id);
+  // Whatever is still held back (an incomplete sequence becomes U+FFFD).
+  std::string flush();
+
+ private:
+  const Tokenizer* tokenizer_;
+  std::string pending_;
+};
+
+// Splits `bytes` into the longest prefix of complete UTF-8 (invalid bytes
+// replaced by U+FFFD) and leaves in `bytes` the incomplete tail, if any.
+std::string take_complete_utf8(std::string& bytes);
+
+// Writes a small, valid byte-level BPE tokenizer.json (Llama-3 style
+// pre-tokenizer): ids 0..255 are the bytes, merges learned from a built-in
+// text (then synthesized) fill ids up to vocab_size - 3, and the special tokens
+// <|begin_of_text|>, <|end_of_text|> are the last two ids
+// (vocab_size - 2, vocab_size - 1). vocab_size must be at least 260.
+void write_byte_level_bpe_tokenizer(const std::filesystem::path& out, int32_t vocab_size);
+
+}  // namespace lockstep

@@ -1,0 +1,44 @@
+// The state behind lockstep::Tokenizer (internal).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/tok_internal.h"
+
+namespace lockstep::tok_detail {
+
+// tokenizer.json as read: model.vocab and model.merges apart from the rest.
+struct TokenizerJson {
+  nlohmann::json root;  // everything but model.vocab and model.merges
+  bool has_vocab = false;
+  bool has_merges = false;
+  FlatStringMap vocab;  // spelling -> id
+  // Merges by rank: resolved to ids when the vocab came first (as HF writes
+  // it), else kept as spellings in unresolved_merges.
+  std::vector<MergeIds> merges;
+  std::vector<std::pair<std::string, std::string>> unresolved_merges;
+};
+TokenizerJson read_tokenizer_json(const std::filesystem::path& path);  // json_reader.cpp
+
+struct TokenizerImpl {
+  bool nfc_normalizer = false;
+  // Split pre-tokenizers applied in order (each splits every piece further).
+  std::vector<std::unique_ptr<RegexSplitter>> splitters;
+  std::unique_ptr<BpeModel> bpe;
+  AddedTokenMatcher raw_added;         // normalized == false: matched in the input
+  AddedTokenMatcher normalized_added;  // normalized == true: matched after normalization
+  std::vector<std::string> id_bytes;   // raw bytes of each id
+  std::vector<bool> id_known;
+  std::vector<bool> id_special;
+  FlatStringMap spelling_to_id;  // as written in tokenizer.json
+
+  void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_pretokenized(std::string_view text, std::vector<int32_t>& out) const;
+};
+
+}  // namespace lockstep::tok_detail
