@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "engine/io/safetensors.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lockstep {
 
@@ -215,6 +216,9 @@ void write_random_model(const MakeModelOptions& options) {
              ordered_json{{"bos_token_id", o.shape.bos_token_id}, {"eos_token_id", o.shape.eos_token_ids[0]},
                           {"do_sample", false}});
   write_tensors(o, plan_tensors(o.shape, o.dtype));
+  // A byte-level BPE tokenizer needs 256 byte ids plus the two special ones.
+  if (o.write_tokenizer && o.shape.vocab_size >= 260)
+    write_byte_level_bpe_tokenizer(o.out / "tokenizer.json", static_cast<int32_t>(o.shape.vocab_size));
 }
 
 }  // namespace lockstep

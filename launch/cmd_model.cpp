@@ -1,6 +1,8 @@
 // generate and score: the subcommands that run a model.
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "engine/io/npy.h"
 #include "launch/commands.h"
 #include "launch/world.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lockstep::cli {
 
@@ -65,9 +68,39 @@ struct StopOptions {
   bool ignore_eos = false;
 };
 
-int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOptions& stop) {
+// A prompt in text (--prompt or --prompt-file) goes through the model's
+// tokenizer.json (or --tokenizer); the output is then streamed as text.
+struct TextOptions {
+  std::string prompt;
+  std::string prompt_file;
+  std::string tokenizer;
+  bool text() const { return !prompt.empty() || !prompt_file.empty(); }
+};
+
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read prompt file {}", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions& t, GenerationRequest& request) {
+  int given = (!c.prompt_ids.empty()) + (!t.prompt.empty()) + (!t.prompt_file.empty());
+  LS_REQUIRE(given == 1, ErrorKind::kInvalidArgument, "give exactly one of --prompt-ids, --prompt, --prompt-file");
+  if (!t.text()) {
+    request.prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
+    return std::nullopt;
+  }
+  Tokenizer tokenizer = Tokenizer::load(t.tokenizer.empty() ? c.engine.model_dir / "tokenizer.json"
+                                                            : std::filesystem::path(t.tokenizer));
+  request.prompt = tokenizer.encode(t.prompt.empty() ? read_prompt_file(t.prompt_file) : t.prompt);
+  return tokenizer;
+}
+
+int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOptions& stop, const TextOptions& text) {
   c.engine.diag = Diagnostics::parse(c.diag);
-  request.prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
+  std::optional<Tokenizer> tokenizer = load_prompt(c, text, request);
   request.sampling.validate();
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
@@ -75,9 +108,16 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   else if (!stop.ignore_eos) request.stop_ids = engine.config().eos_token_ids;
   Generator generator(engine.group());
   const bool keep_logits = !c.dump_logits.empty();
-  std::vector<GenerationOutput> out = generator.generate({request}, keep_logits);
+  // Rank 0 streams the text as tokens arrive, holding back incomplete UTF-8.
+  std::optional<StreamDecoder> stream;
+  if (tokenizer && world().rank == 0) stream.emplace(*tokenizer);
+  auto on_token = [&](size_t, int32_t id) {
+    if (stream) std::cout << stream->push(id) << std::flush;
+  };
+  std::vector<GenerationOutput> out = generator.generate({request}, keep_logits, on_token);
   if (world().rank == 0) {
-    std::cout << fmt::format("{}", fmt::join(out[0].tokens, " ")) << std::endl;
+    if (stream) std::cout << stream->flush() << std::endl;
+    else std::cout << fmt::format("{}", fmt::join(out[0].tokens, " ")) << std::endl;
     if (keep_logits)
       write_npy_f32(c.dump_logits, {static_cast<int64_t>(out[0].tokens.size()), engine.config().vocab_size},
                     out[0].logits.data());
@@ -103,9 +143,13 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   auto gen = std::make_shared<ModelRunConfig>();
   auto request = std::make_shared<GenerationRequest>();
   auto stop = std::make_shared<StopOptions>();
+  auto text = std::make_shared<TextOptions>();
   CLI::App* g = root.add_subcommand("generate", "generate tokens after a prompt");
   add_engine_options(g, *gen);
-  g->add_option("--prompt-ids", gen->prompt_ids, "comma-separated prompt token ids, e.g. 1,2,3")->required();
+  g->add_option("--prompt-ids", gen->prompt_ids, "comma-separated prompt token ids, e.g. 1,2,3 (prints ids)");
+  g->add_option("--prompt", text->prompt, "prompt text (streams text out)");
+  g->add_option("--prompt-file", text->prompt_file, "file holding the prompt text");
+  g->add_option("--tokenizer", text->tokenizer, "tokenizer.json (default: the model folder's)");
   g->add_option("--max-new-tokens", request->max_new_tokens, "tokens to generate")->capture_default_str();
   g->add_option("--temperature", request->sampling.temperature, "0 = greedy")->capture_default_str();
   g->add_option("--top-k", request->sampling.top_k, "0 = no limit")->capture_default_str();
@@ -114,7 +158,7 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   g->add_option("--stop-ids", stop->ids, "comma-separated ids that end generation (default: the model's eos ids)");
   g->add_flag("--ignore-eos", stop->ignore_eos, "generate --max-new-tokens tokens, ignoring the eos ids");
   g->add_option("--dump-logits", gen->dump_logits, "write [generated, vocab] float32 logits to this .npy");
-  table.add(g, [gen, request, stop] { return run_generate(*gen, *request, *stop); });
+  table.add(g, [gen, request, stop, text] { return run_generate(*gen, *request, *stop, *text); });
 
   auto sc = std::make_shared<ModelRunConfig>();
   CLI::App* s = root.add_subcommand("score", "teacher-forced logits of every prompt position");

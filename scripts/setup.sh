@@ -8,5 +8,5 @@ bash scripts/deps.sh
 bash scripts/build.sh
 model=build/models/tiny-llama
 [[ -f $model/config.json ]] || build/lockstep make-model --arch llama --preset tiny --out "$model"
-echo "== mpirun -np 2 build/lockstep generate --model $model --prompt-ids 1,2,3,4 --max-new-tokens 16"
-mpirun -np 2 build/lockstep generate --model "$model" --prompt-ids 1,2,3,4 --max-new-tokens 16 --ignore-eos
+echo "== mpirun -np 2 build/lockstep generate --model $model --prompt 'Once upon a time' --max-new-tokens 24"
+mpirun -np 2 build/lockstep generate --model "$model" --prompt "Once upon a time" --max-new-tokens 24

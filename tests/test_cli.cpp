@@ -2,6 +2,7 @@
 // bad input ending in one error line that names the problem and a non-zero exit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 
@@ -10,6 +11,7 @@
 #include "cli_support.h"
 #include "engine/io/npy.h"
 #include "test_support.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lockstep {
 namespace {
@@ -98,6 +100,56 @@ TEST_F(Cli, EveryArchitectureAndDtypeRuns) {
       CommandResult r = generate(dir, "--prompt-ids 1,2,3 --max-new-tokens 2 --ignore-eos");
       EXPECT_EQ(r.exit_code, 0) << arch << " " << dtype << ": " << r.err;
     }
+}
+
+TEST_F(Cli, TextPromptGoesThroughTheModelsTokenizer) {
+  auto model = make_model("m");
+  ASSERT_TRUE(std::filesystem::exists(model / "tokenizer.json"));
+  std::ofstream(dir_ / "prompt.txt") << "Once upon a time";
+  CommandResult ids = run(lockstep("tokenize --tokenizer " + model.string() + " --text-file " +
+                                   (dir_ / "prompt.txt").string()), dir_ / "tok");
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  std::string csv = ids.out.substr(0, ids.out.find('\n'));
+  std::replace(csv.begin(), csv.end(), ' ', ',');
+  CommandResult by_ids = generate(model, "--prompt-ids " + csv + " --max-new-tokens 6 --ignore-eos");
+  ASSERT_EQ(by_ids.exit_code, 0) << by_ids.err;
+  // --prompt and --prompt-file stream the same tokens as text: what the
+  // stream decoder makes of them (invalid UTF-8 from a random model becomes U+FFFD).
+  Tokenizer tokenizer = Tokenizer::load(model);
+  StreamDecoder decoder(tokenizer);
+  std::istringstream out(by_ids.out);
+  std::string expected;
+  for (int32_t id; out >> id;) expected += decoder.push(id);
+  expected += decoder.flush();
+  CommandResult by_text = generate(model, "--prompt 'Once upon a time' --max-new-tokens 6 --ignore-eos");
+  CommandResult by_file = generate(model, "--prompt-file " + (dir_ / "prompt.txt").string() +
+                                              " --max-new-tokens 6 --ignore-eos");
+  ASSERT_EQ(by_text.exit_code, 0) << by_text.err;
+  EXPECT_EQ(by_text.out, expected + "\n");
+  EXPECT_EQ(by_file.out, expected + "\n");
+}
+
+TEST_F(Cli, GenerationStopsAtTheEosId) {
+  auto model = make_model("m");
+  CommandResult free_run = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 8 --ignore-eos");
+  ASSERT_EQ(free_run.exit_code, 0);
+  std::istringstream in(free_run.out);
+  std::vector<std::string> ids;
+  for (std::string id; in >> id;) ids.push_back(id);
+  ASSERT_EQ(ids.size(), 8u);
+  CommandResult stopped = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 8 --stop-ids " + ids[3]);
+  std::istringstream in2(stopped.out);
+  std::vector<std::string> got;
+  for (std::string id; in2 >> id;) got.push_back(id);
+  size_t first = std::find(ids.begin(), ids.end(), ids[3]) - ids.begin();
+  EXPECT_EQ(got, std::vector<std::string>(ids.begin(), ids.begin() + static_cast<long>(first) + 1));
+}
+
+TEST_F(Cli, PromptSourcesAreExclusive) {
+  auto model = make_model("m");
+  expect_clean_failure(generate(model, "--prompt-ids 1 --prompt hi"), {"exactly one"});
+  expect_clean_failure(generate(model, "--max-new-tokens 2"), {"exactly one"});
+  expect_clean_failure(generate(model, "--prompt-file " + (dir_ / "none.txt").string()), {"none.txt"});
 }
 
 TEST_F(Cli, MissingModelFolder) {
