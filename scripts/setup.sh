@@ -7,6 +7,6 @@ source scripts/env.sh
 bash scripts/deps.sh
 bash scripts/build.sh
 model=build/models/tiny-llama
-[[ -f $model/config.json ]] || build/lockstep make-model --arch llama --preset tiny --out "$model"
+[[ -f $model/tokenizer.json ]] || build/lockstep make-model --arch llama --preset tiny --out "$model"
 echo "== mpirun -np 2 build/lockstep generate --model $model --prompt 'Once upon a time' --max-new-tokens 24"
 mpirun -np 2 build/lockstep generate --model "$model" --prompt "Once upon a time" --max-new-tokens 24
