@@ -59,8 +59,20 @@ class Backend {
   virtual void kv_append(const KvAppendParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;
+
+  // Named ranges for profilers (NVTX on CUDA); no-ops elsewhere.
+  virtual void range_push(const char* /*name*/) {}
+  virtual void range_pop() {}
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+
+#if LOCKSTEP_WITH_CUDA
+// GPUs visible to this process (0 when the driver finds none).
+int cuda_device_count();
+// The CUDA backend on GPU `local_rank % cuda_device_count()`, computing in
+// `dtype` (activations, KV cache and weights alike): bf16, f16 or float32.
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, DType dtype);
+#endif
 
 }  // namespace lockstep

@@ -23,6 +23,7 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
   const bool timing = runner_.diagnostics().timing || runner_.diagnostics().numerics;
   for (int64_t layer = 0; layer < runner_.config().num_layers; ++layer) {
     auto start = std::chrono::steady_clock::now();
+    runner_.backend().range_push(layer_names_[static_cast<size_t>(layer)].c_str());
     runner_.pre_o_proj(layer);
     runner_.o_proj(layer);
     all_reduce(runner_.layer_partial());
@@ -30,6 +31,7 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
     runner_.mlp(layer);
     all_reduce(runner_.layer_partial());
     runner_.post_mlp_norm(layer);
+    runner_.backend().range_pop();
     if (timing) {
       runner_.backend().synchronize();
       runner_.log_layer_diagnostics(

@@ -7,6 +7,7 @@
 // through here, at any TP size (TP=1 uses the single-rank communicator).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "engine/batch.h"
@@ -37,6 +38,7 @@ class TpGroup {
   std::vector<float> local_f32_;
   std::vector<float> gathered_;
   std::vector<float> logits_;
+  std::vector<std::string> layer_names_;  // profiler range names, "layer N"
 };
 
 }  // namespace lockstep
