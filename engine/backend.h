@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/error.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -59,6 +60,15 @@ class Backend {
   virtual void kv_append(const KvAppendParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;
+
+  // Graphs (CUDA graphs): the ops queued between capture_begin() and
+  // capture_end(id) are recorded, not run, as graph `id` (replacing an older
+  // one); replay(id) queues them again. Asked for only when
+  // supports_graphs() is true.
+  virtual bool supports_graphs() const { return false; }
+  virtual void capture_begin() { LS_FAIL(ErrorKind::kInternal, "backend {} has no graphs", name()); }
+  virtual void capture_end(int64_t /*id*/) { LS_FAIL(ErrorKind::kInternal, "backend {} has no graphs", name()); }
+  virtual void replay(int64_t /*id*/) { LS_FAIL(ErrorKind::kInternal, "backend {} has no graphs", name()); }
 
   // Named ranges for profilers (NVTX on CUDA); no-ops elsewhere.
   virtual void range_push(const char* /*name*/) {}

@@ -4,6 +4,8 @@
 // is asked for). Copies to and from the host wait for the stream.
 #include <nvtx3/nvToolsExt.h>
 
+#include <map>
+
 #include "common/error.h"
 #include "engine/backend.h"
 #include "kernels/cuda/check.h"
@@ -34,6 +36,7 @@ class CudaBackend final : public Backend {
     attention_workspace_ = alloc(cuda::attention_workspace_bytes(num_sms_));
   }
   ~CudaBackend() override {
+    for (auto& [id, exec] : graphs_) cudaGraphExecDestroy(exec);
     attention_workspace_ = Buffer();
     linear_.reset();
     cudaStreamDestroy(stream_);
@@ -71,6 +74,26 @@ class CudaBackend final : public Backend {
   }
   void silu_mul(const SiluMulParams& p) override { cuda::silu_mul(p, stream_); }
 
+  bool supports_graphs() const override { return true; }
+  void capture_begin() override {
+    // Relaxed: cuBLASLt may query the device while a plan is first made.
+    LS_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  }
+  void capture_end(int64_t id) override {
+    cudaGraph_t graph = nullptr;
+    LS_CHECK_CUDA(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    LS_CHECK_CUDA(status);
+    auto [it, inserted] = graphs_.emplace(id, exec);
+    if (!inserted) {
+      cudaGraphExecDestroy(it->second);
+      it->second = exec;
+    }
+  }
+  void replay(int64_t id) override { LS_CHECK_CUDA(cudaGraphLaunch(graphs_.at(id), stream_)); }
+
   void range_push(const char* name) override { nvtxRangePushA(name); }
   void range_pop() override { nvtxRangePop(); }
 
@@ -81,6 +104,7 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;
   std::unique_ptr<cuda::LinearContext> linear_;
   Buffer attention_workspace_;
+  std::map<int64_t, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace

@@ -27,8 +27,8 @@ void EngineOptions::validate() const {
 }
 
 std::string EngineOptions::summary() const {
-  return fmt::format("model={} backend={} dtype={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
-                     model_dir.string(), backend, dtype, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
+  return fmt::format("model={} backend={} dtype={} eager={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
+                     model_dir.string(), backend, dtype, eager, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
                      max_batch, max_step_tokens,
                      kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes));
 }
@@ -48,15 +48,16 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const TensorStore&
                "the cpu backend computes in float32; --dtype {} needs --backend cuda", o.dtype);
     return make_cpu_backend();
   }
-#if LOCKSTEP_WITH_CUDA
+  // validate() admits "cuda" only in builds with CUDA.
   DType dtype = DType::kBF16;
   if (o.dtype != "auto")
     dtype = parse_dtype_name(o.dtype);
   else if (store.info("model.embed_tokens.weight").dtype == DType::kF16)
     dtype = DType::kF16;
+#if LOCKSTEP_WITH_CUDA
   return make_cuda_backend(o.local_rank, dtype);
 #else
-  LS_FAIL(ErrorKind::kInvalidArgument, "unknown backend '{}'", o.backend);
+  LS_FAIL(ErrorKind::kInvalidArgument, "unknown backend '{}' for {}", o.backend, dtype_name(dtype));
 #endif
 }
 
@@ -106,10 +107,15 @@ Engine::Engine(const EngineOptions& options, Communicator& comm) {
   spdlog::debug("read {} of {} sharded checkpoint bytes, {} replicated bytes", load_stats_.sharded_bytes_read,
                 load_stats_.sharded_bytes_in_checkpoint, load_stats_.replicated_bytes_read);
   runner_ = std::make_unique<Runner>(config_, plan_, std::move(weights), *backend_, limits, options.diag);
-  group_ = std::make_unique<TpGroup>(comm, *runner_);
+  // Graphs need capturable collectives: TP=1 for now (MPI's are host calls),
+  // and no per-layer synchronization for --diag timing/numerics.
+  const bool graphs = !options.eager && backend_->supports_graphs() && comm.size() == 1 && !options.diag.timing &&
+                      !options.diag.numerics;
+  group_ = std::make_unique<TpGroup>(comm, *runner_, graphs);
   load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("loaded in {:.2f} s: backend {}, {} rank(s) via {}, context {} positions, batch {}", load_seconds_,
-               backend_->name(), comm.size(), comm.name(), limits.max_seq, limits.max_slots);
+  spdlog::info("loaded in {:.2f} s: backend {} ({}), {} rank(s) via {}, context {} positions, batch {}, {}",
+               load_seconds_, backend_->name(), dtype_name(backend_->act_dtype()), comm.size(), comm.name(),
+               limits.max_seq, limits.max_slots, graphs ? "graphs" : "eager");
 }
 
 }  // namespace lockstep

@@ -28,6 +28,7 @@ struct EngineOptions {
   int64_t max_batch = 1;         // sequences at once
   int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
   int64_t kv_cache_bytes = 0;    // 0: a quarter of this machine's memory, shared by its ranks
+  bool eager = false;            // no graphs: launch every op of every step
   Diagnostics diag;
   void validate() const;
   std::string summary() const;
@@ -44,6 +45,7 @@ class Engine {
   const LoadStats& load_stats() const { return load_stats_; }
   TpGroup& group() { return *group_; }
   double load_seconds() const { return load_seconds_; }
+  Backend& backend() { return *backend_; }
 
  private:
   ModelConfig config_;

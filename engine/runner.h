@@ -49,6 +49,9 @@ class Runner {
   Backend& backend() { return backend_; }
   const Diagnostics& diagnostics() const { return diag_; }
   int64_t batch_tokens() const { return tokens_; }
+  // A KV-cache slot beyond the sequences' (limits().max_slots of them) for
+  // the rows that pad a decode batch to its bucket size.
+  int32_t padding_slot() const { return static_cast<int32_t>(limits_.max_slots); }
   int64_t batch_logit_rows() const { return logit_rows_; }
   // Logs what --diag asked for after a layer (called by the group).
   void log_layer_diagnostics(int64_t layer, double seconds);

@@ -37,6 +37,9 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
                   "compute dtype: auto (cpu: float32; cuda: the checkpoint's 16-bit type, float32 -> bfloat16), "
                   "float32, bfloat16, float16")
       ->capture_default_str();
+  cmd->add_flag("--eager", c.engine.eager, "no CUDA graphs: launch every op of every decode step");
+  cmd->add_option("--max-batch", c.engine.max_batch, "sequences at once (sizes the KV cache and the graphs)")
+      ->capture_default_str();
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
                   "KV cache length (default: the model's max_position_embeddings, capped by memory)");
   cmd->add_option("--diag", c.diag, "comma-separated diagnostics: shapes,attn,timing,numerics");

@@ -1,14 +1,32 @@
 #include "tp/group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 namespace lockstep {
 
-TpGroup::TpGroup(Communicator& comm, Runner& runner) : comm_(comm), runner_(runner) {
+TpGroup::TpGroup(Communicator& comm, Runner& runner, bool graphs) : comm_(comm), runner_(runner), graphs_(graphs) {
   LS_REQUIRE(comm.size() == runner.plan().size && comm.rank() == runner.plan().rank, ErrorKind::kInternal,
              "communicator (rank {} of {}) does not match the shard plan (rank {} of {})", comm.rank(), comm.size(),
              runner.plan().rank, runner.plan().size);
+  for (int64_t l = 0; l < runner.config().num_layers; ++l) layer_names_.push_back(fmt::format("layer {}", l));
+  LS_REQUIRE(!graphs || runner.backend().supports_graphs(), ErrorKind::kInternal, "backend {} has no graphs",
+             runner.backend().name());
+  const RunnerLimits& lim = runner.limits();
+  const int64_t cap = std::min({lim.max_slots, lim.max_step_tokens, lim.max_logit_rows});
+  for (int64_t b = 1; b < cap; b *= 2) buckets_.push_back(b);
+  buckets_.push_back(cap);
+}
+
+int64_t TpGroup::bucket_for(const BatchDesc& batch) const {
+  // Only backends with graphs pad: elsewhere padding would be work for nothing.
+  if (!runner_.backend().supports_graphs() || batch.logit_rows.size() != batch.tokens.size()) return 0;
+  for (size_t i = 0; i < batch.logit_rows.size(); ++i)
+    if (batch.logit_rows[i] != static_cast<int32_t>(i)) return 0;
+  for (int64_t b : buckets_)
+    if (batch.size() <= b) return b;
+  return 0;
 }
 
 void TpGroup::all_reduce(Runner::Span span) {
@@ -16,7 +34,31 @@ void TpGroup::all_reduce(Runner::Span span) {
 }
 
 const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
-  runner_.set_batch(batch);
+  const int64_t bucket = bucket_for(batch);
+  if (bucket == 0) {
+    runner_.set_batch(batch);
+    run_step();
+  } else {
+    padded_ = batch;
+    while (padded_.size() < bucket) padded_.add(0, runner_.padding_slot(), 0, true);
+    runner_.set_batch(padded_);
+    const int steps = bucket_steps_[bucket]++;
+    if (!graphs_ || steps == 0) {
+      run_step();
+    } else {
+      if (steps == 1) {
+        runner_.backend().capture_begin();
+        run_step();
+        runner_.backend().capture_end(bucket);
+      }
+      runner_.backend().replay(bucket);
+    }
+  }
+  gather_logits();
+  return logits_;
+}
+
+void TpGroup::run_step() {
   runner_.embed();
   all_reduce(runner_.embedding_partial());
   runner_.first_norm();
@@ -39,8 +81,6 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
     }
   }
   runner_.lm_head();
-  gather_logits();
-  return logits_;
 }
 
 // Each rank holds [rows, vocab_local] of the padded vocabulary; after the
