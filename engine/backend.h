@@ -11,6 +11,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -60,6 +61,7 @@ class Backend {
   virtual void kv_append(const KvAppendParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;
+  virtual void argmax(const ArgmaxParams& p) = 0;
 
   // Graphs (CUDA graphs): the ops queued between capture_begin() and
   // capture_end(id) are recorded, not run, as graph `id` (replacing an older

@@ -39,6 +39,8 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
   slots_ = alloc_elems(backend_, T, DType::kF32);
   positions_ = alloc_elems(backend_, T, DType::kF32);
   logit_rows_buf_ = alloc_elems(backend_, limits_.max_logit_rows, DType::kF32);
+  argmax_values_ = alloc_elems(backend_, limits_.max_logit_rows, DType::kF32);
+  argmax_columns_ = alloc_elems(backend_, limits_.max_logit_rows, DType::kF32);
   const int64_t hidden = config_.hidden_size;
   residual_ = alloc_elems(backend_, T * hidden, act_);
   normed_ = alloc_elems(backend_, T * hidden, act_);
@@ -243,6 +245,17 @@ void Runner::lm_head() {
                                .out_features = plan_.vocab_local,
                                .act_dtype = act_,
                                .weight_dtype = backend_.weight_dtype()});
+}
+
+void Runner::argmax() {
+  if (logit_rows_ == 0) return;
+  backend_.argmax(ArgmaxParams{.logits = logits_.data(),
+                               .values = argmax_values_.as<float>(),
+                               .columns = argmax_columns_.as<int32_t>(),
+                               .rows = logit_rows_,
+                               .cols = plan_.vocab_local,
+                               .valid_cols = std::max<int64_t>(1, plan_.vocab_real_local()),
+                               .dtype = act_});
 }
 
 Runner::Span Runner::embedding_partial() const { return {residual_.data(), tokens_ * config_.hidden_size}; }

@@ -33,6 +33,7 @@ class Runner {
   void mlp(int64_t layer);             // partial <- down(silu(gate) · up) (row-parallel)
   void post_mlp_norm(int64_t layer);   // residual += partial; normed <- next layer's / final norm
   void lm_head();                      // logits_local <- normed[logit rows] · lm_headᵀ
+  void argmax();                       // per logit row: best logit of this rank's share and its column
 
   // The buffers the group's collectives work on (backend memory, act dtype).
   struct Span {
@@ -42,6 +43,9 @@ class Runner {
   Span embedding_partial() const;  // [tokens, hidden], summed over ranks
   Span layer_partial() const;      // [tokens, hidden], summed over ranks
   Span logits_local() const;       // [logit rows, vocab_local]
+  // argmax()'s results, [logit rows] each: float32 values, int32 columns.
+  const Buffer& argmax_values() const { return argmax_values_; }
+  const Buffer& argmax_columns() const { return argmax_columns_; }
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
@@ -71,6 +75,7 @@ class Runner {
   Buffer inv_freq_;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer
   Buffer ids_, slots_, positions_, logit_rows_buf_;
+  Buffer argmax_values_, argmax_columns_;
   Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_;
   int64_t tokens_ = 0;
   int64_t logit_rows_ = 0;

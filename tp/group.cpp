@@ -34,6 +34,42 @@ void TpGroup::all_reduce(Runner::Span span) {
 }
 
 const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
+  step(batch);
+  gather_logits();
+  return logits_;
+}
+
+const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
+  step(batch);
+  runner_.argmax();
+  const int64_t rows = runner_.batch_logit_rows();
+  best_values_.resize(static_cast<size_t>(rows));
+  best_columns_.resize(static_cast<size_t>(rows));
+  runner_.backend().to_host(best_values_.data(), runner_.argmax_values().data(), rows * 4);
+  runner_.backend().to_host(best_columns_.data(), runner_.argmax_columns().data(), rows * 4);
+  gathered_values_.resize(static_cast<size_t>(rows * comm_.size()));
+  gathered_columns_.resize(static_cast<size_t>(rows * comm_.size()));
+  comm_.all_gather(best_values_.data(), gathered_values_.data(), rows, DType::kF32);
+  comm_.all_gather(best_columns_.data(), gathered_columns_.data(), rows, DType::kF32);  // 4-byte elements
+  const int64_t vl = runner_.plan().vocab_local;
+  greedy_ids_.assign(static_cast<size_t>(rows), 0);
+  for (int64_t row = 0; row < rows; ++row) {
+    bool found = false;
+    float best = 0.0f;
+    for (int r = 0; r < comm_.size(); ++r) {  // ranks in vocabulary order: ties keep the lower id
+      if (r * vl >= vocab_size()) break;       // a share of padding only
+      const size_t at = static_cast<size_t>(r * rows + row);
+      if (!found || gathered_values_[at] > best) {
+        best = gathered_values_[at];
+        greedy_ids_[static_cast<size_t>(row)] = static_cast<int32_t>(r * vl + gathered_columns_[at]);
+        found = true;
+      }
+    }
+  }
+  return greedy_ids_;
+}
+
+void TpGroup::step(const BatchDesc& batch) {
   const int64_t bucket = bucket_for(batch);
   if (bucket == 0) {
     runner_.set_batch(batch);
@@ -54,8 +90,6 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
       runner_.backend().replay(bucket);
     }
   }
-  gather_logits();
-  return logits_;
 }
 
 void TpGroup::run_step() {

@@ -35,12 +35,17 @@ class TpGroup {
   // captures the step; from then on it is replayed. Rows past the batch's
   // own are padding and are to be ignored.
   const std::vector<float>& forward(const BatchDesc& batch);
+  // The same step, then greedy selection where the logits are: returns the
+  // argmax token of each logit row (lowest id on ties, as lockstep::argmax),
+  // identical on every rank; only ids and values cross to the host.
+  const std::vector<int32_t>& forward_greedy(const BatchDesc& batch);
 
   Communicator& comm() { return comm_; }
   Runner& runner() { return runner_; }
   int64_t vocab_size() const { return runner_.config().vocab_size; }
 
  private:
+  void step(const BatchDesc& batch);  // set_batch, then run_step() eagerly or from a graph
   void run_step();  // embedding .. LM head on the batch set in the runner
   int64_t bucket_for(const BatchDesc& batch) const;  // 0: not a decode-shaped batch
   void all_reduce(Runner::Span span);
@@ -57,6 +62,8 @@ class TpGroup {
   std::vector<int64_t> buckets_;
   std::map<int64_t, int> bucket_steps_;  // steps run per bucket (graphs: 1 eager, then captured)
   BatchDesc padded_;
+  std::vector<float> best_values_, gathered_values_;
+  std::vector<int32_t> best_columns_, gathered_columns_, greedy_ids_;
 };
 
 }  // namespace lockstep

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/rms_norm.h"
@@ -21,6 +22,7 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream);
 void kv_append(const KvAppendParams& p, cudaStream_t stream);
 void silu_mul(const SiluMulParams& p, cudaStream_t stream);
+void argmax(const ArgmaxParams& p, cudaStream_t stream);
 
 // Attention splits each sequence over several blocks (flash-decoding) when
 // the batch alone does not fill the GPU; the partial results go to

@@ -150,5 +150,32 @@ TEST_F(CudaOpTest, LinearMatchesCpu) {
       }
 }
 
+TEST_F(CudaOpTest, ArgmaxMatchesCpu) {
+  std::mt19937 rng(6);
+  for (DType dt : all_dtypes())
+    for (int64_t rows : odd_rows())
+      for (int64_t cols : {1, 111, 32000}) {
+        std::vector<float> logits = random_values(rows * cols, dt, rng);
+        if (cols > 1) logits[1] = logits[0] = 50.0f;  // a tie: the lower column wins
+        const int64_t valid = std::max<int64_t>(1, cols - 3);
+        DeviceArray d_logits(logits, dt), d_values(rows, DType::kF32), d_columns(rows, DType::kF32);
+        ArgmaxParams p{.logits = d_logits.get(), .values = static_cast<float*>(d_values.get()),
+                       .columns = static_cast<int32_t*>(d_columns.get()), .rows = rows, .cols = cols,
+                       .valid_cols = valid, .dtype = dt};
+        cuda::argmax(p, stream_);
+        sync();
+        std::vector<float> want_values(static_cast<size_t>(rows));
+        std::vector<int32_t> want_columns(static_cast<size_t>(rows)), got_columns(static_cast<size_t>(rows));
+        ArgmaxParams c = p;
+        c.logits = logits.data(), c.values = want_values.data(), c.columns = want_columns.data();
+        c.dtype = DType::kF32;
+        cpu::argmax(c);
+        LS_CHECK_CUDA(cudaMemcpy(got_columns.data(), d_columns.get(), static_cast<size_t>(rows) * 4,
+                                 cudaMemcpyDeviceToHost));
+        EXPECT_EQ(got_columns, want_columns) << "argmax " << label(rows, cols) << " " << dtype_name(dt);
+        expect_close(d_values.download(), want_values, DType::kF32, "argmax values " + label(rows, cols));
+      }
+}
+
 }  // namespace
 }  // namespace lockstep
