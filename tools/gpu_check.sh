@@ -84,5 +84,12 @@ for name in ("cuda_auto", "cuda_float32"):
           f"logit std {ref.std():.4g}, max/std {err.max()/ref.std():.4g}, "
           f"argmax agree {(got.argmax(1) == ref.argmax(1)).mean()*100:.1f}%")
 PY
+"$L" bench --model "$M" --batch 1,8 --ctx 128 --steps 32 --prefill 256 > "$OUT/bench_small.txt" 2> "$OUT/bench_small.log"
+note "bench small rc=$? $(tr '\n' ' ' < "$OUT/bench_small.txt")"
+# The llama3-8b decode benchmark (no PyTorch peer) when the call has time left.
+if [ "$SECONDS" -lt "${BENCH_IF_BEFORE_S:-0}" ]; then
+  bash "$SRC/benchmarks/run_bench.sh" "$L" "$OUT" --no-peer --steps 64
+  note "bench 8b rc=$? after ${SECONDS}s"
+fi
 echo "---- summary"
 printf '%s\n' "${SUMMARY[@]}"
