@@ -11,9 +11,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 M=/tmp/llama3_8b_random
 export NCCL_NVLS_ENABLE=0
 [ -f "$M/config.json" ] || { time "$L" make-model --preset llama3-8b --out "$M" > "$OUT/make_8b.log" 2>&1; }
-"$L" bench --model "$M" --batch 1,8,32,64 --ctx 1024 --steps 128 --json "$OUT/bench_8b.json" "$@" \
+"$L" bench --model "$M" --batch 1,8,32,64 --ctx 1024 --steps "${STEPS:-128}" --json "$OUT/bench_8b.json" "$@" \
   2> "$OUT/bench_8b.log" | tee "$OUT/bench_8b.txt"
 if [ "$PEER" = 1 ]; then
-  PYTHONUNBUFFERED=1 python3 "$HERE/torch_peer.py" --batch 1,32 --ctx 1024 --steps 128 \
+  PYTHONUNBUFFERED=1 python3 "$HERE/torch_peer.py" --batch 1,32 --ctx 1024 --steps "${STEPS:-128}" \
     --lockstep-json "$OUT/bench_8b.json" --json "$OUT/torch_peer.json" 2> "$OUT/torch_peer.log" | tee "$OUT/torch_peer.txt"
 fi

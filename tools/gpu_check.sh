@@ -88,7 +88,7 @@ PY
 note "bench small rc=$? $(tr '\n' ' ' < "$OUT/bench_small.txt")"
 # The llama3-8b decode benchmark (no PyTorch peer) when the call has time left.
 if [ "$SECONDS" -lt "${BENCH_IF_BEFORE_S:-0}" ]; then
-  bash "$SRC/benchmarks/run_bench.sh" "$L" "$OUT" --no-peer --steps 64
+  STEPS=64 bash "$SRC/benchmarks/run_bench.sh" "$L" "$OUT" --no-peer
   note "bench 8b rc=$? after ${SECONDS}s"
 fi
 echo "---- summary"
