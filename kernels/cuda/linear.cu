@@ -1,3 +1,8 @@
+// Decode-sized products (at most 8 rows, the graph buckets 1, 2, 4, 8) are
+// memory-bound matrix-vector products: a kernel of our own streams W once
+// with 16-byte loads, each warp owning one output feature and applying every
+// W element to all the rows at once. Larger products go to cuBLASLt.
+//
 // cuBLASLt in column-major terms: W [out, in] row-major is an [in, out]
 // column-major matrix, so with A = W (transposed), B = x ([in, rows],
 // leading dimension x_stride) and D = y ([out, rows]) the product is
@@ -6,12 +11,100 @@
 
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/dispatch.h"
 
 namespace lockstep::cuda {
 
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
+constexpr int kGemvMaxRows = 8;
+constexpr int kGemvWarps = 8;
+
+// y[r, o] = x[r, :]·W[o, :] (+ bias[o]) for r < R: warp w of block b owns
+// output feature o = b·kGemvWarps + w; lanes stride over `in` in vectors of N.
+template <typename T, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const T* x, const T* w, const T* bias, T* y,
+                                                                 int64_t in, int64_t out, int64_t x_stride) {
+  constexpr int N = kVec16<T>;
+  constexpr int kUnroll = 4;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  if (o >= out) return;
+  const int lane = threadIdx.x % 32;
+  const T* wr = w + o * in;
+  float acc[R] = {};
+  int64_t c = static_cast<int64_t>(lane) * N;
+  for (; c + (kUnroll - 1) * 32 * N < in; c += kUnroll * 32 * N) {
+    Vec<T, N> wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u].load(wr + c + u * 32 * N);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        Vec<T, N> xv;
+        xv.load(x + r * x_stride + c + u * 32 * N);
+#pragma unroll
+        for (int e = 0; e < N; ++e) acc[r] += wv[u].get(e) * xv.get(e);
+      }
+  }
+  for (; c < in; c += 32 * N) {
+    Vec<T, N> wv;
+    wv.load(wr + c);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      Vec<T, N> xv;
+      xv.load(x + r * x_stride + c);
+#pragma unroll
+      for (int e = 0; e < N; ++e) acc[r] += wv.get(e) * xv.get(e);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float sum = warp_sum(acc[r]);
+    if (lane == 0) y[r * out + o] = from_float<T>(sum + (bias != nullptr ? to_float(bias[o]) : 0.0f));
+  }
+}
+
+// The GEMV path needs whole 16-byte vectors along every row.
+bool gemv_fits(const LinearParams& p) {
+  const int64_t n = 16 / static_cast<int64_t>(dtype_size(p.act_dtype));
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  return p.rows <= kGemvMaxRows && p.in_features % n == 0 && p.x_row_stride() % n == 0 && aligned(p.x) &&
+         aligned(p.weight);
+}
+
+template <typename T>
+void launch_gemv(const LinearParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.out_features, kGemvWarps)));
+  const auto go = [&](auto rows) {
+    LS_LAUNCH("gemv_kernel", gemv_kernel<T, decltype(rows)::value>, grid, dim3(kGemvWarps * 32), 0, stream,
+              static_cast<const T*>(p.x), static_cast<const T*>(p.weight), static_cast<const T*>(p.bias),
+              static_cast<T*>(p.y), p.in_features, p.out_features, p.x_row_stride());
+  };
+  // Row counts between the buckets run in the next bucket's kernel, in pieces.
+  if (p.rows == 1) go(std::integral_constant<int, 1>{});
+  else if (p.rows == 2) go(std::integral_constant<int, 2>{});
+  else if (p.rows == 4) go(std::integral_constant<int, 4>{});
+  else if (p.rows == 8) go(std::integral_constant<int, 8>{});
+  else LS_FAIL(ErrorKind::kInternal, "gemv: {} rows", p.rows);
+}
+
+// Runs a product of <= 8 rows as GEMVs of 8, 4, 2 and 1 rows.
+void gemv(const LinearParams& p, cudaStream_t stream) {
+  int64_t done = 0;
+  for (int64_t piece : {8, 4, 2, 1}) {
+    while (p.rows - done >= piece) {
+      LinearParams q = p;
+      q.rows = piece;
+      q.x = static_cast<const uint8_t*>(p.x) + done * p.x_row_stride() * static_cast<int64_t>(dtype_size(p.act_dtype));
+      q.y = static_cast<uint8_t*>(p.y) + done * p.out_features * static_cast<int64_t>(dtype_size(p.act_dtype));
+      dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(q, stream); });
+      done += piece;
+    }
+  }
+}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -98,6 +191,10 @@ void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {
   LS_OP_REQUIRE(p.act_dtype == p.weight_dtype, "linear", "activations ({}) and weights ({}) must share a dtype",
                 dtype_name(p.act_dtype), dtype_name(p.weight_dtype));
   if (p.rows == 0) return;
+  if (gemv_fits(p)) {
+    gemv(p, stream);
+    return;
+  }
   const LinearContext::Plan& plan = ctx.plan(p);
   if (p.bias != nullptr)
     LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
