@@ -43,9 +43,9 @@ class Runner {
   Span embedding_partial() const;  // [tokens, hidden], summed over ranks
   Span layer_partial() const;      // [tokens, hidden], summed over ranks
   Span logits_local() const;       // [logit rows, vocab_local]
-  // argmax()'s results, [logit rows] each: float32 values, int32 columns.
-  const Buffer& argmax_values() const { return argmax_values_; }
-  const Buffer& argmax_columns() const { return argmax_columns_; }
+  // argmax()'s results, [2, logit rows] 4-byte elements: the float32 values,
+  // then the int32 columns (one copy to the host brings both).
+  Span argmax_result() const { return {argmax_.data(), 2 * logit_rows_}; }
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
@@ -74,8 +74,15 @@ class Runner {
   std::vector<float> inv_freq_host_;
   Buffer inv_freq_;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer
-  Buffer ids_, slots_, positions_, logit_rows_buf_;
-  Buffer argmax_values_, argmax_columns_;
+  // The batch arrays, one int32 buffer filled by one copy per step:
+  // [ids | slots | positions] (max_step_tokens each) then the logit rows.
+  Buffer batch_arrays_;
+  std::vector<int32_t> batch_host_;
+  int32_t* ids_ = nullptr;
+  int32_t* slots_ = nullptr;
+  int32_t* positions_ = nullptr;
+  int32_t* logit_rows_buf_ = nullptr;
+  Buffer argmax_;
   Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_;
   int64_t tokens_ = 0;
   int64_t logit_rows_ = 0;

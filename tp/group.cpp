@@ -43,10 +43,13 @@ const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
   step(batch);
   runner_.argmax();
   const int64_t rows = runner_.batch_logit_rows();
+  const Runner::Span result = runner_.argmax_result();  // [values | columns], 4-byte elements
   best_values_.resize(static_cast<size_t>(rows));
   best_columns_.resize(static_cast<size_t>(rows));
-  runner_.backend().to_host(best_values_.data(), runner_.argmax_values().data(), rows * 4);
-  runner_.backend().to_host(best_columns_.data(), runner_.argmax_columns().data(), rows * 4);
+  result_host_.resize(static_cast<size_t>(result.count));
+  runner_.backend().to_host(result_host_.data(), result.data, result.count * 4);
+  std::memcpy(best_values_.data(), result_host_.data(), static_cast<size_t>(rows) * 4);
+  std::memcpy(best_columns_.data(), result_host_.data() + rows, static_cast<size_t>(rows) * 4);
   gathered_values_.resize(static_cast<size_t>(rows * comm_.size()));
   gathered_columns_.resize(static_cast<size_t>(rows * comm_.size()));
   comm_.all_gather(best_values_.data(), gathered_values_.data(), rows, DType::kF32);

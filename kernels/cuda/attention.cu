@@ -101,6 +101,7 @@ __device__ void softmax_tile(AttnShared<T, HD>& s, int G) {
       sum += e;
     }
     sum = warp_sum(sum);
+    __syncwarp();  // every lane has read s.m[g] before lane 0 updates it
     if (lane == 0) {
       const float alpha = expf(m_old - m_new);
       s.l[g] = s.l[g] * alpha + sum;
