@@ -1,7 +1,9 @@
-// Decode-sized products (at most 8 rows, the graph buckets 1, 2, 4, 8) are
-// memory-bound matrix-vector products: a kernel of our own streams W once
-// with 16-byte loads, each warp owning one output feature and applying every
-// W element to all the rows at once. Larger products go to cuBLASLt.
+// Products of one or two rows (decode at batch 1 and 2) are memory-bound
+// matrix-vector products: a kernel of our own streams W once with 16-byte
+// loads, each warp owning one output feature and applying every W element to
+// both rows. Every W vector costs one x vector load per row from L1, so more
+// rows would make L1, not DRAM, the limit (measured: 8 rows ran at under a
+// third of the copy bandwidth); larger products go to cuBLASLt.
 //
 // cuBLASLt in column-major terms: W [out, in] row-major is an [in, out]
 // column-major matrix, so with A = W (transposed), B = x ([in, rows],
@@ -19,7 +21,7 @@ namespace lockstep::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
-constexpr int kGemvMaxRows = 8;
+constexpr int kGemvMaxRows = 2;
 constexpr int kGemvWarps = 8;
 
 // y[r, o] = x[r, :]·W[o, :] (+ bias[o]) for r < R: warp w of block b owns
@@ -83,27 +85,10 @@ void launch_gemv(const LinearParams& p, cudaStream_t stream) {
               static_cast<const T*>(p.x), static_cast<const T*>(p.weight), static_cast<const T*>(p.bias),
               static_cast<T*>(p.y), p.in_features, p.out_features, p.x_row_stride());
   };
-  // Row counts between the buckets run in the next bucket's kernel, in pieces.
-  if (p.rows == 1) go(std::integral_constant<int, 1>{});
-  else if (p.rows == 2) go(std::integral_constant<int, 2>{});
-  else if (p.rows == 4) go(std::integral_constant<int, 4>{});
-  else if (p.rows == 8) go(std::integral_constant<int, 8>{});
-  else LS_FAIL(ErrorKind::kInternal, "gemv: {} rows", p.rows);
-}
-
-// Runs a product of <= 8 rows as GEMVs of 8, 4, 2 and 1 rows.
-void gemv(const LinearParams& p, cudaStream_t stream) {
-  int64_t done = 0;
-  for (int64_t piece : {8, 4, 2, 1}) {
-    while (p.rows - done >= piece) {
-      LinearParams q = p;
-      q.rows = piece;
-      q.x = static_cast<const uint8_t*>(p.x) + done * p.x_row_stride() * static_cast<int64_t>(dtype_size(p.act_dtype));
-      q.y = static_cast<uint8_t*>(p.y) + done * p.out_features * static_cast<int64_t>(dtype_size(p.act_dtype));
-      dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(q, stream); });
-      done += piece;
-    }
-  }
+  if (p.rows == 1)
+    go(std::integral_constant<int, 1>{});
+  else
+    go(std::integral_constant<int, 2>{});
 }
 
 cudaDataType_t cuda_type(DType t) {
@@ -192,7 +177,7 @@ void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {
                 dtype_name(p.act_dtype), dtype_name(p.weight_dtype));
   if (p.rows == 0) return;
   if (gemv_fits(p)) {
-    gemv(p, stream);
+    dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(p, stream); });
     return;
   }
   const LinearContext::Plan& plan = ctx.plan(p);

@@ -128,8 +128,10 @@ TEST_F(CudaOpTest, LinearMatchesCpu) {
   std::mt19937 rng(5);
   cuda::LinearContext ctx;
   const std::vector<LinearCase> cases{{64, 96, 0, false}, {128, 77, 136, true}, {1024, 1000, 0, true}};
+  std::vector<int64_t> rows_list = odd_rows();
+  rows_list.push_back(2);  // the two-row GEMV
   for (DType dt : all_dtypes())
-    for (int64_t rows : odd_rows())
+    for (int64_t rows : rows_list)
       for (const LinearCase& lc : cases) {
         const int64_t xs = lc.x_stride == 0 ? lc.in : lc.x_stride;
         std::vector<float> x = random_values(rows * xs, dt, rng);
