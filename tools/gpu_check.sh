@@ -15,7 +15,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small}  # also: racecheck_ours bench_8b
+STAGES=${*:-tests sanitize e2e bench_small}  # also: racecheck_ours bench_8b bench_8b_lockstep
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -52,7 +52,7 @@ for stage in sanitize racecheck_ours; do
   tools="memcheck racecheck"; filter='Cuda*'
   [ $stage = racecheck_ours ] && { tools=racecheck; filter='Cuda*:-CudaOpTest.LinearMatchesCpu'; }
   for tool in $tools; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 "$T" --gtest_filter="$filter" \
+    timeout ${SANITIZER_TIMEOUT_S:-200} compute-sanitizer --tool $tool --error-exitcode 9 "$T" --gtest_filter="$filter" \
       > "$OUT/$tool.log" 2>&1
     note "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
     grep -E "^========= (Error|Warning|Race|Invalid)|^=========     in |at .* in .*kernel" "$OUT/$tool.log" \
@@ -109,6 +109,11 @@ if want bench_small; then
 "$L" make-model --preset small --out "$M" > "$OUT/make_model.log" 2>&1
 "$L" bench --model "$M" --batch 1,8 --ctx 128 --steps 32 --prefill 256 > "$OUT/bench_small.txt" 2> "$OUT/bench_small.log"
 note "bench small rc=$? $(tr '\n' ' ' < "$OUT/bench_small.txt")"
+fi
+
+if want bench_8b_lockstep; then
+  STEPS=64 bash "$SRC/benchmarks/run_bench.sh" "$L" "$OUT" --no-peer
+  note "bench 8b (lockstep only) rc=$? after ${SECONDS}s"
 fi
 
 if want bench_8b; then
