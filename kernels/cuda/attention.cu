@@ -65,24 +65,17 @@ __device__ void score_tile(AttnShared<T, HD>& s, const T* k_base, int64_t pos_st
   float acc[kMaxGroup] = {};
   if (j < end) {
     constexpr int N = kVec16<T>;
-    constexpr int kChunk = 8;  // 16-byte loads in flight before the first use
     const T* k = k_base + j * pos_stride;
+#pragma unroll 4
+    for (int c = 0; c < HD; c += N) {
+      Vec<T, N> kv;
+      kv.load(k + c);
 #pragma unroll
-    for (int c0 = 0; c0 < HD; c0 += kChunk * N) {
-      Vec<T, N> kv[kChunk];
+      for (int e = 0; e < N; ++e) {
+        const float kf = kv.get(e);
 #pragma unroll
-      for (int u = 0; u < kChunk; ++u)
-        if (c0 + u * N < HD) kv[u].load(k + c0 + u * N);
-#pragma unroll
-      for (int u = 0; u < kChunk; ++u) {
-        if (c0 + u * N >= HD) continue;
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const float kf = kv[u].get(e);
-#pragma unroll
-          for (int g = 0; g < kMaxGroup; ++g)
-            if (g < G) acc[g] += kf * s.q[g][c0 + u * N + e];
-        }
+        for (int g = 0; g < kMaxGroup; ++g)
+          if (g < G) acc[g] += kf * s.q[g][c + e];
       }
     }
   }
@@ -156,25 +149,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
     for (int g = 0; g < kMaxGroup; ++g)
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[g][e] *= g < G ? s.alpha[g] : 0.0f;
-    // Each warp takes every kWarps-th key; kKeys V rows are loaded before use.
-    constexpr int kKeys = 8;
     const int keys = static_cast<int>(min(static_cast<int64_t>(kTile), end - tile));
-    for (int i0 = warp; i0 < keys; i0 += kKeys * kWarps) {
-      Vec<T, E> v[kKeys];
+    for (int i = warp; i < keys; i += kWarps) {
+      Vec<T, E> v;
+      v.load(v_base + (tile + i) * pos_stride + lane * E);
 #pragma unroll
-      for (int u = 0; u < kKeys; ++u)
-        if (i0 + u * kWarps < keys) v[u].load(v_base + (tile + i0 + u * kWarps) * pos_stride + lane * E);
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= G) continue;
+        const float pg = s.p[g][i];
 #pragma unroll
-      for (int u = 0; u < kKeys; ++u) {
-        const int i = i0 + u * kWarps;
-        if (i >= keys) break;
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          if (g >= G) continue;
-          const float pg = s.p[g][i];
-#pragma unroll
-          for (int e = 0; e < E; ++e) acc[g][e] += pg * v[u].get(e);
-        }
+        for (int e = 0; e < E; ++e) acc[g][e] += pg * v.get(e);
       }
     }
     __syncthreads();
