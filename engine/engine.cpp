@@ -98,6 +98,10 @@ Engine::Engine(const EngineOptions& options, Communicator& comm) {
   spdlog::debug("shard plan: {}", plan_.summary());
   store_ = std::make_unique<TensorStore>(options.model_dir);
   backend_ = make_backend(options, *store_);
+  // The MPI transport reduces host buffers; the CUDA backend's live on the GPU.
+  LS_REQUIRE(comm.size() == 1 || backend_->name() == "cpu", ErrorKind::kInvalidArgument,
+             "--backend {} runs one rank only for now (tensor parallelism on GPUs needs the NCCL transport)",
+             backend_->name());
   RunnerLimits limits{.max_slots = options.max_batch,
                       .max_seq = resolve_max_seq_len(config_, plan_, options, dtype_size(backend_->act_dtype()),
                                                      comm.size()),
