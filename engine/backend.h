@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/error.h"
+#include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -59,8 +61,30 @@ class Backend {
   virtual void kv_append(const KvAppendParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;
+  virtual void argmax(const ArgmaxParams& p) = 0;
+
+  // Graphs (CUDA graphs): the ops queued between capture_begin() and
+  // capture_end(id) are recorded, not run, as graph `id` (replacing an older
+  // one); replay(id) queues them again. Asked for only when
+  // supports_graphs() is true.
+  virtual bool supports_graphs() const { return false; }
+  virtual void capture_begin() { LS_FAIL(ErrorKind::kInternal, "backend {} has no graphs", name()); }
+  virtual void capture_end(int64_t /*id*/) { LS_FAIL(ErrorKind::kInternal, "backend {} has no graphs", name()); }
+  virtual void replay(int64_t /*id*/) { LS_FAIL(ErrorKind::kInternal, "backend {} has no graphs", name()); }
+
+  // Named ranges for profilers (NVTX on CUDA); no-ops elsewhere.
+  virtual void range_push(const char* /*name*/) {}
+  virtual void range_pop() {}
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+
+#if LOCKSTEP_WITH_CUDA
+// GPUs visible to this process (0 when the driver finds none).
+int cuda_device_count();
+// The CUDA backend on GPU `local_rank % cuda_device_count()`, computing in
+// `dtype` (activations, KV cache and weights alike): bf16, f16 or float32.
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, DType dtype);
+#endif
 
 }  // namespace lockstep

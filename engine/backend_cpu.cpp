@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
   void kv_append(const KvAppendParams& p) override { cpu::kv_append(p); }
   void attention(const AttentionParams& p) override { cpu::attention(p); }
   void silu_mul(const SiluMulParams& p) override { cpu::silu_mul(p); }
+  void argmax(const ArgmaxParams& p) override { cpu::argmax(p); }
 };
 
 }  // namespace

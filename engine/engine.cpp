@@ -12,7 +12,13 @@ namespace lockstep {
 
 void EngineOptions::validate() const {
   LS_REQUIRE(!model_dir.empty(), ErrorKind::kInvalidArgument, "--model is required");
+#if LOCKSTEP_WITH_CUDA
+  LS_REQUIRE(backend == "cpu" || backend == "cuda", ErrorKind::kInvalidArgument,
+             "unknown backend '{}' (this build has: cpu, cuda)", backend);
+#else
   LS_REQUIRE(backend == "cpu", ErrorKind::kInvalidArgument, "unknown backend '{}' (this build has: cpu)", backend);
+#endif
+  if (dtype != "auto") parse_dtype_name(dtype);
   LS_REQUIRE(max_seq_len >= 0, ErrorKind::kInvalidArgument, "--max-seq-len must be >= 0, got {}", max_seq_len);
   LS_REQUIRE(max_batch >= 1, ErrorKind::kInvalidArgument, "--max-batch must be >= 1, got {}", max_batch);
   LS_REQUIRE(max_step_tokens >= 1, ErrorKind::kInvalidArgument, "step token limit must be >= 1, got {}",
@@ -21,11 +27,41 @@ void EngineOptions::validate() const {
 }
 
 std::string EngineOptions::summary() const {
-  return fmt::format("model={} backend={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
-                     model_dir.string(), backend, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
+  return fmt::format("model={} backend={} dtype={} eager={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
+                     model_dir.string(), backend, dtype, eager, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
                      max_batch, max_step_tokens,
                      kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes));
 }
+
+std::string default_backend() {
+#if LOCKSTEP_WITH_CUDA
+  if (cuda_device_count() > 0) return "cuda";
+#endif
+  return "cpu";
+}
+
+namespace {
+
+std::unique_ptr<Backend> make_backend(const EngineOptions& o, const TensorStore& store) {
+  if (o.backend == "cpu") {
+    LS_REQUIRE(o.dtype == "auto" || parse_dtype_name(o.dtype) == DType::kF32, ErrorKind::kInvalidArgument,
+               "the cpu backend computes in float32; --dtype {} needs --backend cuda", o.dtype);
+    return make_cpu_backend();
+  }
+  // validate() admits "cuda" only in builds with CUDA.
+  DType dtype = DType::kBF16;
+  if (o.dtype != "auto")
+    dtype = parse_dtype_name(o.dtype);
+  else if (store.info("model.embed_tokens.weight").dtype == DType::kF16)
+    dtype = DType::kF16;
+#if LOCKSTEP_WITH_CUDA
+  return make_cuda_backend(o.local_rank, dtype);
+#else
+  LS_FAIL(ErrorKind::kInvalidArgument, "unknown backend '{}' for {}", o.backend, dtype_name(dtype));
+#endif
+}
+
+}  // namespace
 
 int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const EngineOptions& o, size_t act_bytes,
                             int local_ranks) {
@@ -60,21 +96,30 @@ Engine::Engine(const EngineOptions& options, Communicator& comm) {
   spdlog::info("model: {}", config_.summary());
   plan_ = ShardPlan::make(config_, comm.rank(), comm.size());
   spdlog::debug("shard plan: {}", plan_.summary());
-  backend_ = make_cpu_backend();
+  store_ = std::make_unique<TensorStore>(options.model_dir);
+  backend_ = make_backend(options, *store_);
+  // The MPI transport reduces host buffers; the CUDA backend's live on the GPU.
+  LS_REQUIRE(comm.size() == 1 || backend_->name() == "cpu", ErrorKind::kInvalidArgument,
+             "--backend {} runs one rank only for now (tensor parallelism on GPUs needs the NCCL transport)",
+             backend_->name());
   RunnerLimits limits{.max_slots = options.max_batch,
                       .max_seq = resolve_max_seq_len(config_, plan_, options, dtype_size(backend_->act_dtype()),
                                                      comm.size()),
                       .max_step_tokens = options.max_step_tokens,
                       .max_logit_rows = std::max(options.max_batch, std::min<int64_t>(options.max_step_tokens, 64))};
-  store_ = std::make_unique<TensorStore>(options.model_dir);
   ModelWeights weights = load_weights(*store_, config_, plan_, comm, *backend_, &load_stats_);
   spdlog::debug("read {} of {} sharded checkpoint bytes, {} replicated bytes", load_stats_.sharded_bytes_read,
                 load_stats_.sharded_bytes_in_checkpoint, load_stats_.replicated_bytes_read);
   runner_ = std::make_unique<Runner>(config_, plan_, std::move(weights), *backend_, limits, options.diag);
-  group_ = std::make_unique<TpGroup>(comm, *runner_);
+  // Graphs need capturable collectives: TP=1 for now (MPI's are host calls),
+  // and no per-layer synchronization for --diag timing/numerics.
+  const bool graphs = !options.eager && backend_->supports_graphs() && comm.size() == 1 && !options.diag.timing &&
+                      !options.diag.numerics;
+  group_ = std::make_unique<TpGroup>(comm, *runner_, graphs);
   load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("loaded in {:.2f} s: backend {}, {} rank(s) via {}, context {} positions, batch {}", load_seconds_,
-               backend_->name(), comm.size(), comm.name(), limits.max_seq, limits.max_slots);
+  spdlog::info("loaded in {:.2f} s: backend {} ({}), {} rank(s) via {}, context {} positions, batch {}, {}",
+               load_seconds_, backend_->name(), dtype_name(backend_->act_dtype()), comm.size(), comm.name(),
+               limits.max_seq, limits.max_slots, graphs ? "graphs" : "eager");
 }
 
 }  // namespace lockstep

@@ -21,11 +21,14 @@ namespace lockstep {
 
 struct EngineOptions {
   std::filesystem::path model_dir;
-  std::string backend = "cpu";
+  std::string backend = "cpu";   // cpu or cuda (see default_backend())
+  std::string dtype = "auto";    // auto: float32 on the CPU; the checkpoint's 16-bit type on CUDA (f32 -> bf16)
+  int local_rank = 0;            // picks the GPU: local_rank % visible GPUs
   int64_t max_seq_len = 0;       // 0: the config's max_position_embeddings, capped by kv_cache_bytes
   int64_t max_batch = 1;         // sequences at once
   int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
   int64_t kv_cache_bytes = 0;    // 0: a quarter of this machine's memory, shared by its ranks
+  bool eager = false;            // no graphs: launch every op of every step
   Diagnostics diag;
   void validate() const;
   std::string summary() const;
@@ -42,6 +45,7 @@ class Engine {
   const LoadStats& load_stats() const { return load_stats_; }
   TpGroup& group() { return *group_; }
   double load_seconds() const { return load_seconds_; }
+  Backend& backend() { return *backend_; }
 
  private:
   ModelConfig config_;
@@ -53,6 +57,9 @@ class Engine {
   std::unique_ptr<TpGroup> group_;
   double load_seconds_ = 0.0;
 };
+
+// "cuda" when this build has CUDA and a GPU is visible, else "cpu".
+std::string default_backend();
 
 // Resolves the KV-cache length: the requested one (refused when it exceeds
 // the budget or the model's positions) or the model's, capped by the budget.

@@ -38,14 +38,31 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
   std::vector<Sampler> samplers;
   for (size_t i = 0; i < requests.size(); ++i) samplers.emplace_back(requests[i].sampling, i);
 
+  // Greedy requests without logits to keep take the ids chosen where the
+  // logits are (on the GPU), so no logits cross to the host.
+  const bool greedy = !keep_logits && std::all_of(requests.begin(), requests.end(), [](const GenerationRequest& r) {
+    return r.sampling.temperature == 0.0;
+  });
   // Appends the chosen token (and its logits row) and reports it.
-  auto choose = [&](size_t seq, const float* row) {
-    int32_t token = samplers[seq].sample(row, vocab);
+  auto append = [&](size_t seq, int32_t token, const float* row) {
     out[seq].tokens.push_back(token);
     if (keep_logits) out[seq].logits.insert(out[seq].logits.end(), row, row + vocab);
     if (on_token) on_token(seq, token);
     const auto& stops = requests[seq].stop_ids;
     if (std::find(stops.begin(), stops.end(), token) != stops.end()) out[seq].stopped = true;
+  };
+  // Runs the step and chooses the next token of each of its logit rows.
+  auto run = [&](const BatchDesc& batch, const std::vector<size_t>& row_seq) {
+    if (greedy) {
+      const std::vector<int32_t>& ids = group_.forward_greedy(batch);
+      for (size_t i = 0; i < row_seq.size(); ++i) append(row_seq[i], ids[i], nullptr);
+      return;
+    }
+    const std::vector<float>& logits = group_.forward(batch);
+    for (size_t i = 0; i < row_seq.size(); ++i) {
+      const float* row = &logits[i * static_cast<size_t>(vocab)];
+      append(row_seq[i], samplers[row_seq[i]].sample(row, vocab), row);
+    }
   };
   auto finished = [&](size_t seq) {
     return out[seq].stopped || static_cast<int64_t>(out[seq].tokens.size()) >= requests[seq].max_new_tokens;
@@ -67,8 +84,7 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
       batch.add(requests[seq].prompt[static_cast<size_t>(pos)], static_cast<int32_t>(seq), pos, want);
       if (want) row_seq.push_back(seq);
     }
-    const std::vector<float>& logits = group_.forward(batch);
-    for (size_t i = 0; i < row_seq.size(); ++i) choose(row_seq[i], &logits[i * static_cast<size_t>(vocab)]);
+    run(batch, row_seq);
   }
 
   // Decode: one token per unfinished sequence per step.
@@ -82,8 +98,7 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
       row_seq.push_back(s);
     }
     if (row_seq.empty()) break;
-    const std::vector<float>& logits = group_.forward(batch);
-    for (size_t i = 0; i < row_seq.size(); ++i) choose(row_seq[i], &logits[i * static_cast<size_t>(vocab)]);
+    run(batch, row_seq);
   }
   return out;
 }

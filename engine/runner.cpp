@@ -1,5 +1,6 @@
 #include "engine/runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <spdlog/spdlog.h>
@@ -35,10 +36,12 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
     k_cache_.push_back(alloc_elems(backend_, cs.num_slots * cs.slot_stride(), act_));
     v_cache_.push_back(alloc_elems(backend_, cs.num_slots * cs.slot_stride(), act_));
   }
-  ids_ = alloc_elems(backend_, T, DType::kF32);  // int32 arrays: 4-byte elements
-  slots_ = alloc_elems(backend_, T, DType::kF32);
-  positions_ = alloc_elems(backend_, T, DType::kF32);
-  logit_rows_buf_ = alloc_elems(backend_, limits_.max_logit_rows, DType::kF32);
+  batch_arrays_ = alloc_elems(backend_, 3 * T + limits_.max_logit_rows, DType::kF32);  // 4-byte elements
+  ids_ = batch_arrays_.as<int32_t>();
+  slots_ = ids_ + T;
+  positions_ = slots_ + T;
+  logit_rows_buf_ = positions_ + T;
+  argmax_ = alloc_elems(backend_, 2 * limits_.max_logit_rows, DType::kF32);
   const int64_t hidden = config_.hidden_size;
   residual_ = alloc_elems(backend_, T * hidden, act_);
   normed_ = alloc_elems(backend_, T * hidden, act_);
@@ -53,7 +56,7 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
 }
 
 KvCacheShape Runner::cache_shape() const {
-  return KvCacheShape{.num_slots = limits_.max_slots,
+  return KvCacheShape{.num_slots = limits_.max_slots + 1,  // + the padding slot
                       .max_seq = limits_.max_seq,
                       .num_kv_heads = plan_.kv_heads_local,
                       .head_dim = config_.head_dim};
@@ -71,25 +74,28 @@ void Runner::set_batch(const BatchDesc& b) {
   for (int64_t i = 0; i < n; ++i) {
     LS_REQUIRE(b.tokens[i] >= 0 && b.tokens[i] < config_.vocab_size, ErrorKind::kInvalidArgument,
                "token id {} is outside the vocabulary [0, {})", b.tokens[i], config_.vocab_size);
-    LS_REQUIRE(b.slots[i] >= 0 && b.slots[i] < limits_.max_slots, ErrorKind::kInvalidArgument,
-               "sequence slot {} outside [0, {})", b.slots[i], limits_.max_slots);
+    LS_REQUIRE(b.slots[i] >= 0 && b.slots[i] <= padding_slot(), ErrorKind::kInvalidArgument,
+               "sequence slot {} outside [0, {}]", b.slots[i], padding_slot());
     LS_REQUIRE(b.positions[i] >= 0 && b.positions[i] < limits_.max_seq, ErrorKind::kInvalidArgument,
                "position {} is beyond the context length {}", b.positions[i], limits_.max_seq);
   }
   for (int32_t r : b.logit_rows)
     LS_REQUIRE(r >= 0 && r < n, ErrorKind::kInternal, "logit row {} outside the batch", r);
-  backend_.to_backend(ids_.data(), b.tokens.data(), n * 4);
-  backend_.to_backend(slots_.data(), b.slots.data(), n * 4);
-  backend_.to_backend(positions_.data(), b.positions.data(), n * 4);
-  if (!b.logit_rows.empty())
-    backend_.to_backend(logit_rows_buf_.data(), b.logit_rows.data(), static_cast<int64_t>(b.logit_rows.size()) * 4);
+  const int64_t T = limits_.max_step_tokens;
+  const auto rows = static_cast<int64_t>(b.logit_rows.size());
+  batch_host_.resize(static_cast<size_t>(3 * T + rows));
+  std::copy(b.tokens.begin(), b.tokens.end(), batch_host_.begin());
+  std::copy(b.slots.begin(), b.slots.end(), batch_host_.begin() + T);
+  std::copy(b.positions.begin(), b.positions.end(), batch_host_.begin() + 2 * T);
+  std::copy(b.logit_rows.begin(), b.logit_rows.end(), batch_host_.begin() + 3 * T);
+  backend_.to_backend(ids_, batch_host_.data(), static_cast<int64_t>(batch_host_.size()) * 4);
   tokens_ = n;
   logit_rows_ = static_cast<int64_t>(b.logit_rows.size());
   if (diag_.shapes || diag_.attn) log_batch_diagnostics(b);
 }
 
 void Runner::embed() {
-  backend_.embedding(EmbeddingParams{.ids = ids_.as<int32_t>(),
+  backend_.embedding(EmbeddingParams{.ids = ids_,
                                      .table = weights_.embed.data(),
                                      .out = residual_.data(),
                                      .tokens = tokens_,
@@ -123,7 +129,7 @@ void Runner::pre_o_proj(int64_t layer) {
                                .act_dtype = act_,
                                .weight_dtype = backend_.weight_dtype()});
   backend_.qk_norm_rope(QkNormRopeParams{.qkv = qkv_.data(),
-                                         .positions = positions_.as<int32_t>(),
+                                         .positions = positions_,
                                          .inv_freq = inv_freq_.as<float>(),
                                          .q_norm_weight = w.q_norm.data(),
                                          .k_norm_weight = w.k_norm.data(),
@@ -138,8 +144,8 @@ void Runner::pre_o_proj(int64_t layer) {
   backend_.kv_append(KvAppendParams{.qkv = qkv_.data(),
                                     .k_cache = k_cache_[l].data(),
                                     .v_cache = v_cache_[l].data(),
-                                    .slots = slots_.as<int32_t>(),
-                                    .positions = positions_.as<int32_t>(),
+                                    .slots = slots_,
+                                    .positions = positions_,
                                     .tokens = tokens_,
                                     .num_heads = plan_.q_heads_local,
                                     .cache = cs,
@@ -147,8 +153,8 @@ void Runner::pre_o_proj(int64_t layer) {
   backend_.attention(AttentionParams{.qkv = qkv_.data(),
                                      .k_cache = k_cache_[l].data(),
                                      .v_cache = v_cache_[l].data(),
-                                     .slots = slots_.as<int32_t>(),
-                                     .positions = positions_.as<int32_t>(),
+                                     .slots = slots_,
+                                     .positions = positions_,
                                      .out = attn_.data(),
                                      .tokens = tokens_,
                                      .num_heads = plan_.q_heads_local,
@@ -228,7 +234,7 @@ void Runner::post_mlp_norm(int64_t layer) {
 void Runner::lm_head() {
   if (logit_rows_ == 0) return;
   // Gather the rows that need logits (the embedding op is a row gather).
-  backend_.embedding(EmbeddingParams{.ids = logit_rows_buf_.as<int32_t>(),
+  backend_.embedding(EmbeddingParams{.ids = logit_rows_buf_,
                                      .table = normed_.data(),
                                      .out = lm_in_.data(),
                                      .tokens = logit_rows_,
@@ -244,6 +250,17 @@ void Runner::lm_head() {
                                .out_features = plan_.vocab_local,
                                .act_dtype = act_,
                                .weight_dtype = backend_.weight_dtype()});
+}
+
+void Runner::argmax() {
+  if (logit_rows_ == 0) return;
+  backend_.argmax(ArgmaxParams{.logits = logits_.data(),
+                               .values = argmax_.as<float>(),
+                               .columns = argmax_.as<int32_t>() + logit_rows_,
+                               .rows = logit_rows_,
+                               .cols = plan_.vocab_local,
+                               .valid_cols = std::max<int64_t>(1, plan_.vocab_real_local()),
+                               .dtype = act_});
 }
 
 Runner::Span Runner::embedding_partial() const { return {residual_.data(), tokens_ * config_.hidden_size}; }

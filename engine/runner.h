@@ -33,6 +33,7 @@ class Runner {
   void mlp(int64_t layer);             // partial <- down(silu(gate) · up) (row-parallel)
   void post_mlp_norm(int64_t layer);   // residual += partial; normed <- next layer's / final norm
   void lm_head();                      // logits_local <- normed[logit rows] · lm_headᵀ
+  void argmax();                       // per logit row: best logit of this rank's share and its column
 
   // The buffers the group's collectives work on (backend memory, act dtype).
   struct Span {
@@ -44,6 +45,9 @@ class Runner {
   Span logits_local() const;       // [logit rows, vocab_local]
   // Receives the all-gather of logits_local: [ranks][logit rows][vocab_local].
   void* logits_gathered() const { return logits_gathered_.data(); }
+  // argmax()'s results, [2, logit rows] 4-byte elements: the float32 values,
+  // then the int32 columns (one copy to the host brings both).
+  Span argmax_result() const { return {argmax_.data(), 2 * logit_rows_}; }
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
@@ -51,6 +55,9 @@ class Runner {
   Backend& backend() { return backend_; }
   const Diagnostics& diagnostics() const { return diag_; }
   int64_t batch_tokens() const { return tokens_; }
+  // A KV-cache slot beyond the sequences' (limits().max_slots of them) for
+  // the rows that pad a decode batch to its bucket size.
+  int32_t padding_slot() const { return static_cast<int32_t>(limits_.max_slots); }
   int64_t batch_logit_rows() const { return logit_rows_; }
   // Logs what --diag asked for after a layer (called by the group).
   void log_layer_diagnostics(int64_t layer, double seconds);
@@ -69,7 +76,15 @@ class Runner {
   std::vector<float> inv_freq_host_;
   Buffer inv_freq_;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer
-  Buffer ids_, slots_, positions_, logit_rows_buf_;
+  // The batch arrays, one int32 buffer filled by one copy per step:
+  // [ids | slots | positions] (max_step_tokens each) then the logit rows.
+  Buffer batch_arrays_;
+  std::vector<int32_t> batch_host_;
+  int32_t* ids_ = nullptr;
+  int32_t* slots_ = nullptr;
+  int32_t* positions_ = nullptr;
+  int32_t* logit_rows_buf_ = nullptr;
+  Buffer argmax_;
   Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_, logits_gathered_;
   int64_t tokens_ = 0;
   int64_t logit_rows_ = 0;

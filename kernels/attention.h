@@ -55,6 +55,10 @@ struct AttentionParams {
   KvCacheShape cache;
   float scale = 0.0f;  // 1/sqrt(head_dim)
   DType dtype = DType::kF32;
+  // Scratch for backends that split a sequence over several workers (the
+  // CUDA backend fills it in; the CPU ignores it).
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
   int64_t qkv_stride() const { return (num_heads + 2 * cache.num_kv_heads) * cache.head_dim; }
   void validate() const {
     LS_OP_REQUIRE(qkv && k_cache && v_cache && slots && positions && out, "attention", "null pointer");

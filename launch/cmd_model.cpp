@@ -32,7 +32,17 @@ struct ModelRunConfig {
 
 void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_option("--model", c.engine.model_dir, "Hugging Face model folder")->required();
-  cmd->add_option("--backend", c.engine.backend, "cpu")->capture_default_str();
+  c.engine.backend = default_backend();
+  c.engine.local_rank = world().local_rank;
+  cmd->add_option("--backend", c.engine.backend, "cpu or cuda (default: cuda when a GPU is visible)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", c.engine.dtype,
+                  "compute dtype: auto (cpu: float32; cuda: the checkpoint's 16-bit type, float32 -> bfloat16), "
+                  "float32, bfloat16, float16")
+      ->capture_default_str();
+  cmd->add_flag("--eager", c.engine.eager, "no CUDA graphs: launch every op of every decode step");
+  cmd->add_option("--max-batch", c.engine.max_batch, "sequences at once (sizes the KV cache and the graphs)")
+      ->capture_default_str();
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
                   "KV cache length (default: the model's max_position_embeddings, capped by memory)");
   cmd->add_option("--diag", c.diag, "comma-separated diagnostics: shapes,attn,timing,numerics");

@@ -21,6 +21,7 @@ struct CommandTable {
 };
 
 void add_model_commands(CLI::App& root, CommandTable& table);     // generate, score, bench
+void add_bench_command(CLI::App& root, CommandTable& table);       // bench
 void add_make_model_command(CLI::App& root, CommandTable& table); // make-model
 void add_tokenize_commands(CLI::App& root, CommandTable& table);  // tokenize, detokenize
 

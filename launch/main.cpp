@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   cli::CommandTable table;
   cli::add_model_commands(app, table);
+  cli::add_bench_command(app, table);
   cli::add_make_model_command(app, table);
   cli::add_tokenize_commands(app, table);
   try {

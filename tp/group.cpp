@@ -1,14 +1,32 @@
 #include "tp/group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 namespace lockstep {
 
-TpGroup::TpGroup(Communicator& comm, Runner& runner) : comm_(comm), runner_(runner) {
+TpGroup::TpGroup(Communicator& comm, Runner& runner, bool graphs) : comm_(comm), runner_(runner), graphs_(graphs) {
   LS_REQUIRE(comm.size() == runner.plan().size && comm.rank() == runner.plan().rank, ErrorKind::kInternal,
              "communicator (rank {} of {}) does not match the shard plan (rank {} of {})", comm.rank(), comm.size(),
              runner.plan().rank, runner.plan().size);
+  for (int64_t l = 0; l < runner.config().num_layers; ++l) layer_names_.push_back(fmt::format("layer {}", l));
+  LS_REQUIRE(!graphs || runner.backend().supports_graphs(), ErrorKind::kInternal, "backend {} has no graphs",
+             runner.backend().name());
+  const RunnerLimits& lim = runner.limits();
+  const int64_t cap = std::min({lim.max_slots, lim.max_step_tokens, lim.max_logit_rows});
+  for (int64_t b = 1; b < cap; b *= 2) buckets_.push_back(b);
+  buckets_.push_back(cap);
+}
+
+int64_t TpGroup::bucket_for(const BatchDesc& batch) const {
+  // Only backends with graphs pad: elsewhere padding would be work for nothing.
+  if (!runner_.backend().supports_graphs() || batch.logit_rows.size() != batch.tokens.size()) return 0;
+  for (size_t i = 0; i < batch.logit_rows.size(); ++i)
+    if (batch.logit_rows[i] != static_cast<int32_t>(i)) return 0;
+  for (int64_t b : buckets_)
+    if (batch.size() <= b) return b;
+  return 0;
 }
 
 void TpGroup::all_reduce(Runner::Span span) {
@@ -16,13 +34,75 @@ void TpGroup::all_reduce(Runner::Span span) {
 }
 
 const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
-  runner_.set_batch(batch);
+  step(batch);
+  gather_logits();
+  return logits_;
+}
+
+const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
+  step(batch);
+  runner_.argmax();
+  const int64_t rows = runner_.batch_logit_rows();
+  const Runner::Span result = runner_.argmax_result();  // [values | columns], 4-byte elements
+  best_values_.resize(static_cast<size_t>(rows));
+  best_columns_.resize(static_cast<size_t>(rows));
+  result_host_.resize(static_cast<size_t>(result.count));
+  runner_.backend().to_host(result_host_.data(), result.data, result.count * 4);
+  std::memcpy(best_values_.data(), result_host_.data(), static_cast<size_t>(rows) * 4);
+  std::memcpy(best_columns_.data(), result_host_.data() + rows, static_cast<size_t>(rows) * 4);
+  gathered_values_.resize(static_cast<size_t>(rows * comm_.size()));
+  gathered_columns_.resize(static_cast<size_t>(rows * comm_.size()));
+  comm_.all_gather(best_values_.data(), gathered_values_.data(), rows, DType::kF32);
+  comm_.all_gather(best_columns_.data(), gathered_columns_.data(), rows, DType::kF32);  // 4-byte elements
+  const int64_t vl = runner_.plan().vocab_local;
+  greedy_ids_.assign(static_cast<size_t>(rows), 0);
+  for (int64_t row = 0; row < rows; ++row) {
+    bool found = false;
+    float best = 0.0f;
+    for (int r = 0; r < comm_.size(); ++r) {  // ranks in vocabulary order: ties keep the lower id
+      if (r * vl >= vocab_size()) break;       // a share of padding only
+      const size_t at = static_cast<size_t>(r * rows + row);
+      if (!found || gathered_values_[at] > best) {
+        best = gathered_values_[at];
+        greedy_ids_[static_cast<size_t>(row)] = static_cast<int32_t>(r * vl + gathered_columns_[at]);
+        found = true;
+      }
+    }
+  }
+  return greedy_ids_;
+}
+
+void TpGroup::step(const BatchDesc& batch) {
+  const int64_t bucket = bucket_for(batch);
+  if (bucket == 0) {
+    runner_.set_batch(batch);
+    run_step();
+  } else {
+    padded_ = batch;
+    while (padded_.size() < bucket) padded_.add(0, runner_.padding_slot(), 0, true);
+    runner_.set_batch(padded_);
+    const int steps = bucket_steps_[bucket]++;
+    if (!graphs_ || steps == 0) {
+      run_step();
+    } else {
+      if (steps == 1) {
+        runner_.backend().capture_begin();
+        run_step();
+        runner_.backend().capture_end(bucket);
+      }
+      runner_.backend().replay(bucket);
+    }
+  }
+}
+
+void TpGroup::run_step() {
   runner_.embed();
   all_reduce(runner_.embedding_partial());
   runner_.first_norm();
   const bool timing = runner_.diagnostics().timing || runner_.diagnostics().numerics;
   for (int64_t layer = 0; layer < runner_.config().num_layers; ++layer) {
     auto start = std::chrono::steady_clock::now();
+    runner_.backend().range_push(layer_names_[static_cast<size_t>(layer)].c_str());
     runner_.pre_o_proj(layer);
     runner_.o_proj(layer);
     all_reduce(runner_.layer_partial());
@@ -30,6 +110,7 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
     runner_.mlp(layer);
     all_reduce(runner_.layer_partial());
     runner_.post_mlp_norm(layer);
+    runner_.backend().range_pop();
     if (timing) {
       runner_.backend().synchronize();
       runner_.log_layer_diagnostics(
@@ -37,8 +118,6 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
     }
   }
   runner_.lm_head();
-  gather_logits();
-  return logits_;
 }
 
 // Each rank holds [rows, vocab_local] of the padded vocabulary. The

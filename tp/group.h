@@ -7,6 +7,8 @@
 // through here, at any TP size (TP=1 uses the single-rank communicator).
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "engine/batch.h"
@@ -17,17 +19,35 @@ namespace lockstep {
 
 class TpGroup {
  public:
-  TpGroup(Communicator& comm, Runner& runner);
+  // graphs: replay decode steps from graphs captured per bucket (the backend
+  // must support graphs; the collectives between the sub-phases must be
+  // capturable, which holds at TP=1).
+  TpGroup(Communicator& comm, Runner& runner, bool graphs);
 
   // Runs one step and returns the full-vocabulary float32 logits of the
   // batch's logit rows, [logit_rows, vocab], identical on every rank.
+  //
+  // A decode-shaped batch (every token wants logits, at most the largest
+  // bucket) is padded to its bucket size (1, 2, 4, ... up to the batch
+  // limit) with rows in the runner's padding slot, graphs or not, so eager
+  // and graphed steps run the same kernels on the same shapes. With graphs a
+  // bucket's first step runs eagerly (loading every kernel) and the second
+  // captures the step; from then on it is replayed. Rows past the batch's
+  // own are padding and are to be ignored.
   const std::vector<float>& forward(const BatchDesc& batch);
+  // The same step, then greedy selection where the logits are: returns the
+  // argmax token of each logit row (lowest id on ties, as lockstep::argmax),
+  // identical on every rank; only ids and values cross to the host.
+  const std::vector<int32_t>& forward_greedy(const BatchDesc& batch);
 
   Communicator& comm() { return comm_; }
   Runner& runner() { return runner_; }
   int64_t vocab_size() const { return runner_.config().vocab_size; }
 
  private:
+  void step(const BatchDesc& batch);  // set_batch, then run_step() eagerly or from a graph
+  void run_step();  // embedding .. LM head on the batch set in the runner
+  int64_t bucket_for(const BatchDesc& batch) const;  // 0: not a decode-shaped batch
   void all_reduce(Runner::Span span);
   void gather_logits();
 
@@ -36,6 +56,14 @@ class TpGroup {
   std::vector<uint8_t> gathered_raw_;
   std::vector<float> gathered_;
   std::vector<float> logits_;
+  std::vector<std::string> layer_names_;  // profiler range names, "layer N"
+  bool graphs_;
+  std::vector<int64_t> buckets_;
+  std::map<int64_t, int> bucket_steps_;  // steps run per bucket (graphs: 1 eager, then captured)
+  BatchDesc padded_;
+  std::vector<uint32_t> result_host_;
+  std::vector<float> best_values_, gathered_values_;
+  std::vector<int32_t> best_columns_, gathered_columns_, greedy_ids_;
 };
 
 }  // namespace lockstep

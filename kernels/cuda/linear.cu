@@ -1,0 +1,193 @@
+// Products of one or two rows (decode at batch 1 and 2) are memory-bound
+// matrix-vector products: a kernel of our own streams W once with 16-byte
+// loads, each warp owning one output feature and applying every W element to
+// both rows. Every W vector costs one x vector load per row from L1, so more
+// rows would make L1, not DRAM, the limit (measured: 8 rows ran at under a
+// third of the copy bandwidth); larger products go to cuBLASLt.
+//
+// cuBLASLt in column-major terms: W [out, in] row-major is an [in, out]
+// column-major matrix, so with A = W (transposed), B = x ([in, rows],
+// leading dimension x_stride) and D = y ([out, rows]) the product is
+// D = Aᵀ·B, m = out, n = rows, k = in. A bias is the BIAS epilogue.
+#include "kernels/cuda/linear.h"
+
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/dispatch.h"
+
+namespace lockstep::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+constexpr int kGemvMaxRows = 2;
+constexpr int kGemvWarps = 8;
+
+// y[r, o] = x[r, :]·W[o, :] (+ bias[o]) for r < R: warp w of block b owns
+// output feature o = b·kGemvWarps + w; lanes stride over `in` in vectors of N.
+template <typename T, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const T* x, const T* w, const T* bias, T* y,
+                                                                 int64_t in, int64_t out, int64_t x_stride) {
+  constexpr int N = kVec16<T>;
+  constexpr int kUnroll = 4;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  if (o >= out) return;
+  const int lane = threadIdx.x % 32;
+  const T* wr = w + o * in;
+  float acc[R] = {};
+  int64_t c = static_cast<int64_t>(lane) * N;
+  for (; c + (kUnroll - 1) * 32 * N < in; c += kUnroll * 32 * N) {
+    Vec<T, N> wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u].load(wr + c + u * 32 * N);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        Vec<T, N> xv;
+        xv.load(x + r * x_stride + c + u * 32 * N);
+#pragma unroll
+        for (int e = 0; e < N; ++e) acc[r] += wv[u].get(e) * xv.get(e);
+      }
+  }
+  for (; c < in; c += 32 * N) {
+    Vec<T, N> wv;
+    wv.load(wr + c);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      Vec<T, N> xv;
+      xv.load(x + r * x_stride + c);
+#pragma unroll
+      for (int e = 0; e < N; ++e) acc[r] += wv.get(e) * xv.get(e);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float sum = warp_sum(acc[r]);
+    if (lane == 0) y[r * out + o] = from_float<T>(sum + (bias != nullptr ? to_float(bias[o]) : 0.0f));
+  }
+}
+
+// The GEMV path needs whole 16-byte vectors along every row.
+bool gemv_fits(const LinearParams& p) {
+  const int64_t n = 16 / static_cast<int64_t>(dtype_size(p.act_dtype));
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  return p.rows <= kGemvMaxRows && p.in_features % n == 0 && p.x_row_stride() % n == 0 && aligned(p.x) &&
+         aligned(p.weight);
+}
+
+template <typename T>
+void launch_gemv(const LinearParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.out_features, kGemvWarps)));
+  const auto go = [&](auto rows) {
+    LS_LAUNCH("gemv_kernel", gemv_kernel<T, decltype(rows)::value>, grid, dim3(kGemvWarps * 32), 0, stream,
+              static_cast<const T*>(p.x), static_cast<const T*>(p.weight), static_cast<const T*>(p.bias),
+              static_cast<T*>(p.y), p.in_features, p.out_features, p.x_row_stride());
+  };
+  if (p.rows == 1)
+    go(std::integral_constant<int, 1>{});
+  else
+    go(std::integral_constant<int, 2>{});
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+  }
+  LS_FAIL(ErrorKind::kInternal, "linear: unsupported dtype");
+}
+
+int alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  return v == 0 ? 256 : static_cast<int>(std::min<uintptr_t>(256, v & (~v + 1)));
+}
+
+}  // namespace
+
+LinearContext::LinearContext() : workspace_bytes_(kWorkspaceBytes) {
+  LS_CHECK_CUBLAS(cublasLtCreate(&handle_));
+  LS_CHECK_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+LinearContext::~LinearContext() {
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.d);
+    cublasLtMatmulDescDestroy(plan.op);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+const LinearContext::Plan& LinearContext::plan(const LinearParams& p) {
+  const Key key{p.rows, p.in_features, p.out_features, p.x_row_stride(), static_cast<int>(p.act_dtype),
+                p.bias != nullptr, alignment(p.x), alignment(p.weight), alignment(p.y)};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+  Plan plan;
+  const cudaDataType_t type = cuda_type(p.act_dtype);
+  LS_CHECK_CUBLAS(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans = CUBLAS_OP_T;
+  LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+  if (p.bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    LS_CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  }
+  const auto rows = static_cast<uint64_t>(p.rows);
+  const auto in = static_cast<uint64_t>(p.in_features);
+  const auto out = static_cast<uint64_t>(p.out_features);
+  LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a, type, in, out, static_cast<int64_t>(in)));
+  LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b, type, in, rows, p.x_row_stride()));
+  LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d, type, out, rows, static_cast<int64_t>(out)));
+  cublasLtMatmulPreference_t pref;
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  const uint32_t align_a = static_cast<uint32_t>(std::get<7>(key));
+  const uint32_t align_b = static_cast<uint32_t>(std::get<6>(key));
+  const uint32_t align_d = static_cast<uint32_t>(std::get<8>(key));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                       sizeof(align_a)));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                       sizeof(align_b)));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                       sizeof(align_d)));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                       sizeof(align_d)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.d, plan.d,
+                                                               pref, 1, &result, &found_count);
+  cublasLtMatmulPreferenceDestroy(pref);
+  LS_REQUIRE(status == CUBLAS_STATUS_SUCCESS && found_count > 0, ErrorKind::kCublas,
+             "cuBLASLt has no algorithm for linear rows={} in={} out={} dtype={} ({})", p.rows, p.in_features,
+             p.out_features, dtype_name(p.act_dtype), cublasGetStatusString(status));
+  plan.algo = result.algo;
+  return plans_.emplace(key, plan).first->second;
+}
+
+void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {
+  p.validate();
+  LS_OP_REQUIRE(p.act_dtype == p.weight_dtype, "linear", "activations ({}) and weights ({}) must share a dtype",
+                dtype_name(p.act_dtype), dtype_name(p.weight_dtype));
+  if (p.rows == 0) return;
+  if (gemv_fits(p)) {
+    dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(p, stream); });
+    return;
+  }
+  const LinearContext::Plan& plan = ctx.plan(p);
+  if (p.bias != nullptr)
+    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
+                                                   sizeof(p.bias)));
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  LS_CHECK_CUBLAS(cublasLtMatmul(ctx.handle(), plan.op, &alpha, p.weight, plan.a, p.x, plan.b, &beta, p.y, plan.d,
+                                 p.y, plan.d, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
+}
+
+}  // namespace lockstep::cuda

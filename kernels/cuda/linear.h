@@ -1,0 +1,47 @@
+// Linear layers on the GPU through cuBLASLt: y = x·Wᵀ (+ bias) with x, W and y
+// in one 16-bit type (bf16 or f16; float32 for --dtype float32) and float32
+// accumulation. cuBLASLt needs a handle, a workspace and a plan per shape:
+// LinearContext holds them (one per backend); linear() is the launcher.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "kernels/linear.h"
+
+namespace lockstep::cuda {
+
+class LinearContext {
+ public:
+  LinearContext();  // on the current device
+  ~LinearContext();
+  LinearContext(const LinearContext&) = delete;
+  LinearContext& operator=(const LinearContext&) = delete;
+
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  // rows, in, out, x stride, dtype, bias, alignments of x, W, y (bytes).
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int, int, int>;
+  const Plan& plan(const LinearParams& p);
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, Plan> plans_;
+};
+
+// The launcher: queues y = x·Wᵀ (+ bias) on `stream`.
+void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream);
+
+}  // namespace lockstep::cuda

@@ -1,0 +1,33 @@
+// The CUDA ops: one launcher per op, taking the same parameter struct as the
+// CPU twin (kernels/<op>.h) plus the stream to queue on. Element types:
+// float32, bfloat16 and float16; all arithmetic accumulates in float32.
+// Every launcher validates its struct and checks its launches.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/argmax.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/rms_norm.h"
+#include "kernels/rope.h"
+#include "kernels/silu_mul.h"
+
+namespace lockstep::cuda {
+
+void embedding(const EmbeddingParams& p, cudaStream_t stream);
+void rms_norm(const RmsNormParams& p, cudaStream_t stream);
+void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream);
+void kv_append(const KvAppendParams& p, cudaStream_t stream);
+void silu_mul(const SiluMulParams& p, cudaStream_t stream);
+void argmax(const ArgmaxParams& p, cudaStream_t stream);
+
+// Attention splits each sequence over several blocks (flash-decoding) when
+// the batch alone does not fill the GPU; the partial results go to
+// p.workspace, which must hold attention_workspace_bytes(num_sms) bytes.
+void attention(const AttentionParams& p, int num_sms, cudaStream_t stream);
+int64_t attention_workspace_bytes(int num_sms);
+
+}  // namespace lockstep::cuda

@@ -1,0 +1,74 @@
+// Per-head q/k RMSNorm (when weights are given) and rotary embedding, in
+// place on the fused QKV rows. One block per token: the token's cos/sin table
+// is computed once in double precision (angles reach 1e5 radians and more at
+// long context, where a float32 angle is off by several 1e-3), then each warp
+// takes whole heads. Values are read once, rotated in float32, written once.
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/ops.h"
+
+namespace lockstep::cuda {
+
+namespace {
+
+constexpr int kRopeThreads = 256;
+constexpr int kMaxHalf = 512;  // head_dim up to 1024
+
+template <typename T>
+__global__ void qk_norm_rope_kernel(T* qkv, const int32_t* positions, const float* inv_freq, const T* q_norm,
+                                    const T* k_norm, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
+                                    float eps) {
+  __shared__ float cos_s[kMaxHalf];
+  __shared__ float sin_s[kMaxHalf];
+  const int64_t t = blockIdx.x;
+  const int64_t half = head_dim / 2;
+  const double position = static_cast<double>(positions[t]);
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    double s, c;
+    sincos(position * static_cast<double>(inv_freq[i]), &s, &c);
+    cos_s[i] = static_cast<float>(c);
+    sin_s[i] = static_cast<float>(s);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const int warps = blockDim.x / 32;
+  T* row = qkv + t * (num_heads + 2 * num_kv_heads) * head_dim;
+  for (int64_t h = threadIdx.x / 32; h < num_heads + num_kv_heads; h += warps) {
+    T* v = row + h * head_dim;
+    const T* w = h < num_heads ? q_norm : k_norm;
+    float inv = 1.0f;
+    if (w != nullptr) {
+      float sq = 0.0f;
+      for (int64_t i = lane; i < head_dim; i += 32) sq += to_float(v[i]) * to_float(v[i]);
+      inv = rsqrtf(warp_sum(sq) / static_cast<float>(head_dim) + eps);
+    }
+    for (int64_t i = lane; i < half; i += 32) {
+      float a = to_float(v[i]) * inv;
+      float b = to_float(v[i + half]) * inv;
+      if (w != nullptr) {
+        a *= to_float(w[i]);
+        b *= to_float(w[i + half]);
+      }
+      v[i] = from_float<T>(a * cos_s[i] - b * sin_s[i]);
+      v[i + half] = from_float<T>(b * cos_s[i] + a * sin_s[i]);
+    }
+  }
+}
+
+}  // namespace
+
+void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
+  p.validate();
+  LS_OP_REQUIRE(p.head_dim / 2 <= kMaxHalf, "qk_norm_rope", "head_dim {} above {}", p.head_dim, 2 * kMaxHalf);
+  if (p.tokens == 0) return;
+  dispatch_dtype(p.dtype, "qk_norm_rope", [&](auto t) {
+    using T = decltype(t);
+    LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, dim3(static_cast<unsigned>(p.tokens)),
+              dim3(kRopeThreads), 0, stream, static_cast<T*>(p.qkv), p.positions, p.inv_freq,
+              static_cast<const T*>(p.q_norm_weight), static_cast<const T*>(p.k_norm_weight), p.num_heads,
+              p.num_kv_heads, p.head_dim, p.eps);
+  });
+}
+
+}  // namespace lockstep::cuda

@@ -1,0 +1,204 @@
+// lockstep bench: decode and prefill speed of a model on this machine.
+//
+// Decode: for each batch size, that many sequences with a prompt of --ctx
+// random tokens, then --steps greedy steps; the time per step is taken
+// between the third and the last step (the first steps of a batch size run
+// eagerly and capture its graph). Achieved bandwidth counts the bytes a step
+// must read (every weight once, each sequence's KV cache at the mean
+// context) against a device-to-device copy measured in the same run.
+// Prefill: one --prefill-token prompt (after one warm-up), in one step.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "launch/commands.h"
+#include "launch/world.h"
+#if LOCKSTEP_WITH_CUDA
+#include "kernels/cuda/check.h"
+#endif
+
+namespace lockstep::cli {
+
+namespace {
+
+struct BenchConfig {
+  EngineOptions engine;
+  std::string batches = "1,8,32,64";
+  int64_t ctx = 1024;
+  int64_t steps = 128;
+  int64_t prefill = 2048;
+  std::string json;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Device-to-device copy bandwidth in GB/s (bytes read + written), or 0 off the GPU.
+double copy_bandwidth_gbs(const std::string& backend) {
+#if LOCKSTEP_WITH_CUDA
+  if (backend != "cuda") return 0.0;
+  const size_t bytes = size_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  cudaEvent_t start, stop;
+  LS_CHECK_CUDA(cudaMalloc(&a, bytes));
+  LS_CHECK_CUDA(cudaMalloc(&b, bytes));
+  LS_CHECK_CUDA(cudaMemset(a, 1, bytes));
+  LS_CHECK_CUDA(cudaEventCreate(&start));
+  LS_CHECK_CUDA(cudaEventCreate(&stop));
+  std::vector<float> ms(10);
+  for (int i = -2; i < static_cast<int>(ms.size()); ++i) {
+    LS_CHECK_CUDA(cudaEventRecord(start));
+    LS_CHECK_CUDA(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice));
+    LS_CHECK_CUDA(cudaEventRecord(stop));
+    LS_CHECK_CUDA(cudaEventSynchronize(stop));
+    if (i >= 0) LS_CHECK_CUDA(cudaEventElapsedTime(&ms[static_cast<size_t>(i)], start, stop));
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+#else
+  (void)backend;
+  return 0.0;
+#endif
+}
+
+double gpu_memory_used_gib(const std::string& backend) {
+#if LOCKSTEP_WITH_CUDA
+  if (backend != "cuda") return 0.0;
+  size_t free_bytes = 0, total = 0;
+  LS_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  return static_cast<double>(total - free_bytes) / (1u << 30);
+#else
+  (void)backend;
+  return 0.0;
+#endif
+}
+
+// Weights every step reads (matmuls and the LM head), in bytes.
+double weight_bytes(const ModelConfig& c, size_t elem) {
+  const double layer = static_cast<double>(c.hidden_size) * (c.qkv_dim() + c.q_dim() + 3.0 * c.intermediate_size);
+  return (static_cast<double>(c.num_layers) * layer + static_cast<double>(c.vocab_size) * c.hidden_size) *
+         static_cast<double>(elem);
+}
+
+std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, std::mt19937& rng) {
+  std::uniform_int_distribution<int32_t> pick(1, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = pick(rng);
+  return p;
+}
+
+nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b, double copy_gbs, std::mt19937& rng) {
+  const ModelConfig& c = engine.config();
+  std::vector<GenerationRequest> requests(static_cast<size_t>(batch));
+  for (auto& r : requests) r = GenerationRequest{.prompt = random_prompt(b.ctx, c.vocab_size, rng), .max_new_tokens = b.steps};
+  std::vector<Clock::time_point> step_done;  // when sequence 0 got each token
+  Generator gen(engine.group());
+  gen.generate(requests, false, [&](size_t seq, int32_t) {
+    if (seq + 1 == static_cast<size_t>(batch)) step_done.push_back(Clock::now());
+  });
+  LS_REQUIRE(static_cast<int64_t>(step_done.size()) == b.steps && b.steps > 4, ErrorKind::kInvalidArgument,
+             "bench needs --steps > 4 and every sequence to run them");
+  const double secs = std::chrono::duration<double>(step_done.back() - step_done[2]).count();
+  const double step_ms = secs * 1e3 / static_cast<double>(b.steps - 3);
+  const size_t elem = dtype_size(engine.backend().act_dtype());
+  const double kv_bytes = static_cast<double>(batch) * (static_cast<double>(b.ctx) + b.steps / 2.0) * 2.0 *
+                          static_cast<double>(c.num_layers * c.kv_dim()) * static_cast<double>(elem);
+  const double gbs = (weight_bytes(c, elem) + kv_bytes) / (step_ms * 1e-3) / 1e9;
+  return {{"batch", batch},         {"tok_per_s", static_cast<double>(batch) * 1e3 / step_ms},
+          {"ms_per_step", step_ms}, {"gb_per_s", gbs},
+          {"pct_of_copy", copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0}};
+}
+
+nlohmann::json bench_prefill(Engine& engine, const BenchConfig& b, std::mt19937& rng) {
+  const ModelConfig& c = engine.config();
+  Generator gen(engine.group());
+  const GenerationRequest r{.prompt = random_prompt(b.prefill, c.vocab_size, rng), .max_new_tokens = 1};
+  gen.generate({r}, false);  // warm-up
+  const auto start = Clock::now();
+  gen.generate({r}, false);
+  const double secs = seconds_since(start);
+  const double p = static_cast<double>(b.prefill);
+  const double matmul = 2.0 * weight_bytes(c, 1) * p - 2.0 * static_cast<double>(c.vocab_size) * c.hidden_size * (p - 1);
+  const double attn = 4.0 * (p * (p + 1) / 2.0) * static_cast<double>(c.num_layers * c.q_dim());
+  return {{"tokens", b.prefill}, {"seconds", secs}, {"tok_per_s", p / secs}, {"tflop_per_s", (matmul + attn) / secs / 1e12}};
+}
+
+std::vector<int64_t> parse_batches(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      out.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      LS_FAIL(ErrorKind::kInvalidArgument, "--batch: '{}' is not a number", item);
+    }
+    LS_REQUIRE(out.back() >= 1, ErrorKind::kInvalidArgument, "--batch sizes must be >= 1");
+  }
+  LS_REQUIRE(!out.empty(), ErrorKind::kInvalidArgument, "--batch is empty");
+  return out;
+}
+
+int run_bench(BenchConfig& b) {
+  const std::vector<int64_t> batches = parse_batches(b.batches);
+  b.engine.max_batch = *std::max_element(batches.begin(), batches.end());
+  b.engine.max_seq_len = std::max(b.ctx + b.steps, b.prefill + 1);
+  b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
+  const double copy_gbs = copy_bandwidth_gbs(b.engine.backend);
+  Engine engine(b.engine, *world().comm);
+  std::mt19937 rng(1234);
+  nlohmann::json report{{"model", b.engine.model_dir.string()}, {"backend", b.engine.backend},
+                        {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager},
+                        {"ctx", b.ctx}, {"steps", b.steps}, {"copy_gb_per_s", copy_gbs},
+                        {"load_seconds", engine.load_seconds()}};
+  report["prefill"] = bench_prefill(engine, b, rng);
+  for (int64_t batch : batches) report["decode"].push_back(bench_decode(engine, batch, b, copy_gbs, rng));
+  report["gpu_memory_used_gib"] = gpu_memory_used_gib(b.engine.backend);
+  if (world().rank != 0) return 0;
+  std::cout << fmt::format("copy bandwidth {:.0f} GB/s; load {:.1f} s; GPU memory used {:.1f} GiB\n", copy_gbs,
+                           engine.load_seconds(), report["gpu_memory_used_gib"].get<double>());
+  const auto& pf = report["prefill"];
+  std::cout << fmt::format("prefill {} tokens: {:.0f} tok/s, {:.1f} TFLOP/s\n", b.prefill,
+                           pf["tok_per_s"].get<double>(), pf["tflop_per_s"].get<double>());
+  std::cout << "batch  tok/s      ms/step  GB/s    %copy\n";
+  for (const auto& d : report["decode"])
+    std::cout << fmt::format("{:<6} {:<10.1f} {:<8.3f} {:<7.0f} {:.1f}\n", d["batch"].get<int64_t>(),
+                             d["tok_per_s"].get<double>(), d["ms_per_step"].get<double>(),
+                             d["gb_per_s"].get<double>(), d["pct_of_copy"].get<double>());
+  if (!b.json.empty()) std::ofstream(b.json) << report.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& root, CommandTable& table) {
+  auto b = std::make_shared<BenchConfig>();
+  CLI::App* cmd = root.add_subcommand("bench", "decode and prefill speed on random prompts");
+  cmd->add_option("--model", b->engine.model_dir, "Hugging Face model folder")->required();
+  b->engine.backend = default_backend();
+  b->engine.local_rank = world().local_rank;
+  cmd->add_option("--backend", b->engine.backend, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", b->engine.dtype, "compute dtype (see generate)")->capture_default_str();
+  cmd->add_flag("--eager", b->engine.eager, "no CUDA graphs");
+  cmd->add_option("--batch", b->batches, "comma-separated decode batch sizes")->capture_default_str();
+  cmd->add_option("--ctx", b->ctx, "prompt tokens per sequence before decoding")->capture_default_str();
+  cmd->add_option("--steps", b->steps, "decode steps per batch size")->capture_default_str();
+  cmd->add_option("--prefill", b->prefill, "prompt tokens of the prefill measurement")->capture_default_str();
+  cmd->add_option("--json", b->json, "also write the figures to this JSON file");
+  table.add(cmd, [b] { return run_bench(*b); });
+}
+
+}  // namespace lockstep::cli

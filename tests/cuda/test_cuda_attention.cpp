@@ -1,0 +1,103 @@
+// KV-cache append and attention against the CPU reference: decode batches
+// (one token per sequence, random slots and lengths, so the sequence splits
+// of flash-decoding are exercised) and causal prefill chunks, for GQA ratios
+// 1, 4, 5, 8 and 16 and head_dim 64, 128 and 256.
+#include <string>
+
+#include "kernels/cuda/ops.h"
+#include "tests/cuda/cuda_test_support.h"
+
+namespace lockstep {
+namespace {
+
+struct AttnCase {
+  int64_t tokens, heads, kv_heads, head_dim;
+  bool prefill;  // tokens are consecutive positions of one slot; else one token per slot
+};
+
+std::string describe(const AttnCase& c) {
+  return std::string(c.prefill ? "prefill" : "decode") + " tokens=" + std::to_string(c.tokens) +
+         " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd=" + std::to_string(c.head_dim);
+}
+
+class CudaAttentionTest : public CudaOpTest {
+ protected:
+  void run_case(const AttnCase& ac, DType dt, std::mt19937& rng) {
+    const KvCacheShape cache{.num_slots = ac.prefill ? 2 : ac.tokens, .max_seq = 1200, .num_kv_heads = ac.kv_heads,
+                             .head_dim = ac.head_dim};
+    const int64_t cache_elems = cache.num_slots * cache.slot_stride();
+    // Earlier context: the whole cache starts filled with random keys/values.
+    std::vector<float> k = random_values(cache_elems, dt, rng), v = random_values(cache_elems, dt, rng);
+    const int64_t width = (ac.heads + 2 * ac.kv_heads) * ac.head_dim;
+    std::vector<float> qkv = random_values(ac.tokens * width, dt, rng, 2.0f);
+    std::vector<int32_t> slots(static_cast<size_t>(ac.tokens)), pos(static_cast<size_t>(ac.tokens));
+    std::uniform_int_distribution<int32_t> pick_pos(0, static_cast<int32_t>(cache.max_seq - 1));
+    const int32_t start = std::uniform_int_distribution<int32_t>(
+        0, static_cast<int32_t>(cache.max_seq - ac.tokens))(rng);
+    for (int64_t t = 0; t < ac.tokens; ++t) {
+      slots[static_cast<size_t>(t)] = ac.prefill ? 1 : static_cast<int32_t>(t);
+      pos[static_cast<size_t>(t)] = ac.prefill ? start + static_cast<int32_t>(t) : pick_pos(rng);
+    }
+    DeviceArray d_k(k, dt), d_v(v, dt), d_qkv(qkv, dt), d_slots(slots), d_pos(pos);
+    DeviceArray d_out(ac.tokens * ac.heads * ac.head_dim, dt);
+    DeviceArray d_ws(cuda::attention_workspace_bytes(num_sms_) / 4, DType::kF32);
+    KvAppendParams ap{.qkv = d_qkv.get(), .k_cache = d_k.get(), .v_cache = d_v.get(), .slots = d_slots.ints(),
+                      .positions = d_pos.ints(), .tokens = ac.tokens, .num_heads = ac.heads, .cache = cache,
+                      .dtype = dt};
+    AttentionParams p{.qkv = d_qkv.get(), .k_cache = d_k.get(), .v_cache = d_v.get(), .slots = d_slots.ints(),
+                      .positions = d_pos.ints(), .out = d_out.get(), .tokens = ac.tokens, .num_heads = ac.heads,
+                      .cache = cache, .scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim)), .dtype = dt,
+                      .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_)};
+    cuda::kv_append(ap, stream_);
+    cuda::attention(p, num_sms_, stream_);
+    sync();
+    std::vector<float> want(static_cast<size_t>(ac.tokens * ac.heads * ac.head_dim));
+    KvAppendParams cap = ap;
+    cap.qkv = qkv.data(), cap.k_cache = k.data(), cap.v_cache = v.data(), cap.slots = slots.data();
+    cap.positions = pos.data(), cap.dtype = DType::kF32;
+    cpu::kv_append(cap);
+    AttentionParams cp = p;
+    cp.qkv = qkv.data(), cp.k_cache = k.data(), cp.v_cache = v.data(), cp.slots = slots.data();
+    cp.positions = pos.data(), cp.out = want.data(), cp.dtype = DType::kF32;
+    cpu::attention(cp);
+    expect_close(d_k.download(), k, DType::kF32, "kv_append K " + describe(ac));  // exact copies
+    expect_close(d_v.download(), v, DType::kF32, "kv_append V " + describe(ac));
+    expect_close(d_out.download(), want, dt, "attention " + describe(ac));
+  }
+  int num_sms() {
+    int n = 0;
+    LS_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    return n;
+  }
+  void SetUp() override {
+    CudaOpTest::SetUp();
+    if (!IsSkipped()) num_sms_ = num_sms();
+  }
+  int num_sms_ = 0;
+};
+
+TEST_F(CudaAttentionTest, DecodeMatchesCpu) {
+  std::mt19937 rng(11);
+  for (DType dt : all_dtypes())
+    for (int64_t tokens : odd_rows()) {
+      if (tokens > 111) continue;  // one slot per token: the cache grows with the batch
+      for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 2}, {16, 1}})
+        for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, false}, dt, rng);
+    }
+  run_case({3, 8, 1, 256, false}, DType::kBF16, rng);
+}
+
+TEST_F(CudaAttentionTest, PrefillMatchesCpu) {
+  std::mt19937 rng(12);
+  for (DType dt : all_dtypes())
+    for (int64_t tokens : odd_rows())
+      for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 2}}) {
+        const bool big = tokens > 111;
+        if (big && heads != 8) continue;  // keep the CPU reference's time in check
+        for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, true}, dt, rng);
+      }
+  run_case({19, 16, 2, 256, true}, DType::kF16, rng);
+}
+
+}  // namespace
+}  // namespace lockstep
