@@ -72,6 +72,12 @@ class Backend {
   virtual void capture_end(int64_t /*id*/) { LS_FAIL(ErrorKind::kInternal, "backend {} has no graphs", name()); }
   virtual void replay(int64_t /*id*/) { LS_FAIL(ErrorKind::kInternal, "backend {} has no graphs", name()); }
 
+  // The stream the backend queues work on (cudaStream_t on CUDA; null on
+  // the CPU): device transports enqueue their collectives on it.
+  virtual void* stream_handle() const { return nullptr; }
+  // The device index this backend runs on (-1: the CPU).
+  virtual int device() const { return -1; }
+
   // Named ranges for profilers (NVTX on CUDA); no-ops elsewhere.
   virtual void range_push(const char* /*name*/) {}
   virtual void range_pop() {}
@@ -84,7 +90,7 @@ std::unique_ptr<Backend> make_cpu_backend();
 int cuda_device_count();
 // The CUDA backend on GPU `local_rank % cuda_device_count()`, computing in
 // `dtype` (activations, KV cache and weights alike): bf16, f16 or float32.
-std::unique_ptr<Backend> make_cuda_backend(int local_rank, DType dtype);
+std::unique_ptr<Backend> make_cuda_backend(int device, DType dtype);
 #endif
 
 }  // namespace lockstep

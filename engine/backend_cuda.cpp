@@ -43,6 +43,8 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  void* stream_handle() const override { return stream_; }
+  int device() const override { return device_; }
   DType act_dtype() const override { return dtype_; }
   DType weight_dtype() const override { return dtype_; }
 
@@ -110,10 +112,12 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int local_rank, DType dtype) {
+std::unique_ptr<Backend> make_cuda_backend(int device, DType dtype) {
   const int count = cuda_device_count();
   LS_REQUIRE(count > 0, ErrorKind::kCuda, "--backend cuda: no CUDA device is visible");
-  return std::make_unique<CudaBackend>(local_rank % count, dtype);
+  LS_REQUIRE(device >= 0 && device < count, ErrorKind::kInvalidArgument, "device {} is not one of the {} visible GPUs",
+             device, count);
+  return std::make_unique<CudaBackend>(device, dtype);
 }
 
 }  // namespace lockstep

@@ -7,6 +7,9 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#if LOCKSTEP_WITH_CUDA
+#include "tp/cuda/nccl_communicator.h"
+#endif
 
 namespace lockstep {
 
@@ -19,6 +22,10 @@ void EngineOptions::validate() const {
   LS_REQUIRE(backend == "cpu", ErrorKind::kInvalidArgument, "unknown backend '{}' (this build has: cpu)", backend);
 #endif
   if (dtype != "auto") parse_dtype_name(dtype);
+  LS_REQUIRE(comm == "auto" || comm == "single" || comm == "mpi" || comm == "nccl", ErrorKind::kInvalidArgument,
+             "unknown --comm '{}' (auto, single, mpi, nccl)", comm);
+  for (int d : devices) LS_REQUIRE(d >= 0, ErrorKind::kInvalidArgument, "--devices: bad device index {}", d);
+  LS_REQUIRE(collective_timeout_s > 0, ErrorKind::kInvalidArgument, "--collective-timeout must be positive");
   LS_REQUIRE(max_seq_len >= 0, ErrorKind::kInvalidArgument, "--max-seq-len must be >= 0, got {}", max_seq_len);
   LS_REQUIRE(max_batch >= 1, ErrorKind::kInvalidArgument, "--max-batch must be >= 1, got {}", max_batch);
   LS_REQUIRE(max_step_tokens >= 1, ErrorKind::kInvalidArgument, "step token limit must be >= 1, got {}",
@@ -55,7 +62,9 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const TensorStore&
   else if (store.info("model.embed_tokens.weight").dtype == DType::kF16)
     dtype = DType::kF16;
 #if LOCKSTEP_WITH_CUDA
-  return make_cuda_backend(o.local_rank, dtype);
+  const int device = o.devices.empty() ? o.local_rank % std::max(1, cuda_device_count())
+                                       : o.devices[static_cast<size_t>(o.local_rank) % o.devices.size()];
+  return make_cuda_backend(device, dtype);
 #else
   LS_FAIL(ErrorKind::kInvalidArgument, "unknown backend '{}' for {}", o.backend, dtype_name(dtype));
 #endif
@@ -89,19 +98,39 @@ int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const Engi
   return std::min(fits, c.max_position_embeddings);
 }
 
-Engine::Engine(const EngineOptions& options, Communicator& comm) {
+// The tensor-parallel transport for this backend (see EngineOptions::comm).
+// Returns the world itself or a device transport owned by `owned`.
+Communicator* choose_transport(const EngineOptions& o, Communicator& world, Backend& backend,
+                               std::unique_ptr<Communicator>& owned) {
+  const bool on_gpu = backend.stream_handle() != nullptr;
+  const std::string comm = o.comm == "auto" ? (world.size() == 1 ? "single" : on_gpu ? "nccl" : "mpi") : o.comm;
+  LS_REQUIRE(comm != "single" || world.size() == 1, ErrorKind::kInvalidArgument,
+             "--comm single cannot serve {} ranks", world.size());
+  LS_REQUIRE(comm != "nccl" || on_gpu, ErrorKind::kInvalidArgument, "--comm nccl needs --backend cuda");
+  if (!on_gpu || comm == "single") return &world;
+#if LOCKSTEP_WITH_CUDA
+  auto stream = static_cast<cudaStream_t>(backend.stream_handle());
+  if (comm == "nccl")
+    owned = make_nccl_communicator(
+        NcclOptions{.device = backend.device(), .stream = stream, .collective_timeout_s = o.collective_timeout_s});
+  else
+    owned = make_host_staged_communicator(
+        world.size() == 1 ? make_single_rank_communicator() : make_mpi_communicator(o.collective_timeout_s), stream);
+#endif
+  return owned.get();
+}
+
+Engine::Engine(const EngineOptions& options, Communicator& world) {
   auto start = std::chrono::steady_clock::now();
   options.validate();
   config_ = load_model_config(options.model_dir);
   spdlog::info("model: {}", config_.summary());
-  plan_ = ShardPlan::make(config_, comm.rank(), comm.size());
+  plan_ = ShardPlan::make(config_, world.rank(), world.size());
   spdlog::debug("shard plan: {}", plan_.summary());
   store_ = std::make_unique<TensorStore>(options.model_dir);
   backend_ = make_backend(options, *store_);
-  // The MPI transport reduces host buffers; the CUDA backend's live on the GPU.
-  LS_REQUIRE(comm.size() == 1 || backend_->name() == "cpu", ErrorKind::kInvalidArgument,
-             "--backend {} runs one rank only for now (tensor parallelism on GPUs needs the NCCL transport)",
-             backend_->name());
+  comm_ = choose_transport(options, world, *backend_, owned_comm_);
+  Communicator& comm = *comm_;
   RunnerLimits limits{.max_slots = options.max_batch,
                       .max_seq = resolve_max_seq_len(config_, plan_, options, dtype_size(backend_->act_dtype()),
                                                      comm.size()),
@@ -111,9 +140,9 @@ Engine::Engine(const EngineOptions& options, Communicator& comm) {
   spdlog::debug("read {} of {} sharded checkpoint bytes, {} replicated bytes", load_stats_.sharded_bytes_read,
                 load_stats_.sharded_bytes_in_checkpoint, load_stats_.replicated_bytes_read);
   runner_ = std::make_unique<Runner>(config_, plan_, std::move(weights), *backend_, limits, options.diag);
-  // Graphs need capturable collectives: TP=1 for now (MPI's are host calls),
+  // Graphs need capturable collectives (NCCL or none; MPI's are host calls)
   // and no per-layer synchronization for --diag timing/numerics.
-  const bool graphs = !options.eager && backend_->supports_graphs() && comm.size() == 1 && !options.diag.timing &&
+  const bool graphs = !options.eager && backend_->supports_graphs() && comm.capturable() && !options.diag.timing &&
                       !options.diag.numerics;
   group_ = std::make_unique<TpGroup>(comm, *runner_, graphs);
   load_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/batch.h"
@@ -23,7 +24,13 @@ struct EngineOptions {
   std::filesystem::path model_dir;
   std::string backend = "cpu";   // cpu or cuda (see default_backend())
   std::string dtype = "auto";    // auto: float32 on the CPU; the checkpoint's 16-bit type on CUDA (f32 -> bf16)
-  int local_rank = 0;            // picks the GPU: local_rank % visible GPUs
+  int local_rank = 0;            // picks the GPU: devices[local_rank % n], or local_rank % visible GPUs
+  std::vector<int> devices;      // --devices: the GPU of each local rank (empty: local_rank % visible)
+  // The tensor-parallel transport: auto (one rank: none; several: mpi on the
+  // CPU, nccl on CUDA), single, mpi (on CUDA: device buffers staged through the
+  // host, so ranks may share a GPU) or nccl (CUDA only; at TP=1 too).
+  std::string comm = "auto";
+  double collective_timeout_s = 60.0;
   int64_t max_seq_len = 0;       // 0: the config's max_position_embeddings, capped by kv_cache_bytes
   int64_t max_batch = 1;         // sequences at once
   int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
@@ -38,7 +45,9 @@ class Engine {
  public:
   // Every check that does not need data (config, TP divisibility, shapes,
   // context length) runs on every rank before the first collective.
-  Engine(const EngineOptions& options, Communicator& comm);
+  // `world` is the host transport of the job (MPI, or single-rank); the
+  // engine picks the tensor-parallel transport from it and the backend.
+  Engine(const EngineOptions& options, Communicator& world);
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
@@ -52,6 +61,8 @@ class Engine {
   ShardPlan plan_;
   std::unique_ptr<TensorStore> store_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> owned_comm_;  // a device transport made for the backend
+  Communicator* comm_ = nullptr;              // the tensor-parallel transport in use
   LoadStats load_stats_;
   std::unique_ptr<Runner> runner_;
   std::unique_ptr<TpGroup> group_;

@@ -42,6 +42,7 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
   positions_ = slots_ + T;
   logit_rows_buf_ = positions_ + T;
   argmax_ = alloc_elems(backend_, 2 * limits_.max_logit_rows, DType::kF32);
+  argmax_gathered_ = alloc_elems(backend_, plan_.size * 2 * limits_.max_logit_rows, DType::kF32);
   const int64_t hidden = config_.hidden_size;
   residual_ = alloc_elems(backend_, T * hidden, act_);
   normed_ = alloc_elems(backend_, T * hidden, act_);

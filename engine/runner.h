@@ -48,6 +48,8 @@ class Runner {
   // argmax()'s results, [2, logit rows] 4-byte elements: the float32 values,
   // then the int32 columns (one copy to the host brings both).
   Span argmax_result() const { return {argmax_.data(), 2 * logit_rows_}; }
+  // Receives the all-gather of argmax_result: [ranks][2 · logit rows].
+  void* argmax_gathered() const { return argmax_gathered_.data(); }
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
@@ -84,7 +86,7 @@ class Runner {
   int32_t* slots_ = nullptr;
   int32_t* positions_ = nullptr;
   int32_t* logit_rows_buf_ = nullptr;
-  Buffer argmax_;
+  Buffer argmax_, argmax_gathered_;
   Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_, logits_gathered_;
   int64_t tokens_ = 0;
   int64_t logit_rows_ = 0;

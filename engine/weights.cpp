@@ -22,9 +22,8 @@ void expect_shape(const TensorStore& store, const std::string& name, std::vector
 }
 
 // FNV-1a over the bytes of every replicated weight, in load order.
-uint64_t fnv1a(uint64_t h, const std::vector<float>& v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+uint64_t fnv1a(uint64_t h, const std::vector<uint8_t>& bytes) {
+  for (uint8_t b : bytes) h = (h ^ b) * 0x100000001b3ull;
   return h;
 }
 
@@ -69,17 +68,22 @@ class WeightReader {
     return backend_.upload(host, backend_.weight_dtype());
   }
 
-  // Read by rank 0 and broadcast; folded into the replicated checksum.
+  // Read by rank 0 and broadcast from its backend memory into the others'
+  // (on GPUs: NCCL into device memory); what each rank then holds is folded
+  // into the replicated checksum that all ranks compare.
   Buffer replicated(const std::string& name, int64_t numel, DType dtype) {
-    std::vector<float> host(static_cast<size_t>(numel));
+    std::vector<float> host(static_cast<size_t>(numel), 0.0f);
     if (comm_.rank() == 0) {
       uint64_t before = store_.bytes_read();
       store_.read_block(name, 0, numel, 0, 1, host.data());
       stats_->replicated_bytes_read += store_.bytes_read() - before;
     }
-    comm_.broadcast(host.data(), numel * 4, 0);
-    stats_->replicated_checksum = fnv1a(stats_->replicated_checksum, host);
-    return backend_.upload(host, dtype);
+    Buffer buf = backend_.upload(host, dtype);
+    comm_.broadcast(buf.data(), buf.bytes(), 0);
+    std::vector<uint8_t> held(static_cast<size_t>(buf.bytes()));
+    backend_.to_host(held.data(), buf.data(), buf.bytes());
+    stats_->replicated_checksum = fnv1a(stats_->replicated_checksum, held);
+    return buf;
   }
 
  private:

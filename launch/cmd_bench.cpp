@@ -157,6 +157,7 @@ int run_bench(BenchConfig& b) {
   b.engine.max_batch = *std::max_element(batches.begin(), batches.end());
   b.engine.max_seq_len = std::max(b.ctx + b.steps, b.prefill + 1);
   b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
+  b.engine.collective_timeout_s = world().collective_timeout_s;
   const double copy_gbs = copy_bandwidth_gbs(b.engine.backend);
   Engine engine(b.engine, *world().comm);
   std::mt19937 rng(1234);

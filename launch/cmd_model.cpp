@@ -36,6 +36,12 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   c.engine.local_rank = world().local_rank;
   cmd->add_option("--backend", c.engine.backend, "cpu or cuda (default: cuda when a GPU is visible)")
       ->capture_default_str();
+  cmd->add_option("--comm", c.engine.comm,
+                  "tensor-parallel transport: auto, single, mpi (on cuda: staged through the host, ranks may share "
+                  "a GPU), nccl")
+      ->capture_default_str();
+  cmd->add_option("--devices", c.engine.devices, "GPU of each local rank, e.g. 0,1 (default: local rank)")
+      ->delimiter(',');
   cmd->add_option("--dtype", c.engine.dtype,
                   "compute dtype: auto (cpu: float32; cuda: the checkpoint's 16-bit type, float32 -> bfloat16), "
                   "float32, bfloat16, float16")
@@ -110,6 +116,7 @@ std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions&
 
 int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOptions& stop, const TextOptions& text) {
   c.engine.diag = Diagnostics::parse(c.diag);
+  c.engine.collective_timeout_s = world().collective_timeout_s;
   std::optional<Tokenizer> tokenizer = load_prompt(c, text, request);
   request.sampling.validate();
   log_start("generate", c);
@@ -137,6 +144,7 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
 
 int run_score(ModelRunConfig& c) {
   c.engine.diag = Diagnostics::parse(c.diag);
+  c.engine.collective_timeout_s = world().collective_timeout_s;
   std::vector<int32_t> prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
   log_start("score", c);
   Engine engine(c.engine, *world().comm);

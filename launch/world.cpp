@@ -49,6 +49,7 @@ World& init_world(int* argc, char*** argv) {
 }
 
 void connect_world(double collective_timeout_s) {
+  g_world.collective_timeout_s = collective_timeout_s;
   g_world.comm = g_world.size > 1 ? make_mpi_communicator(collective_timeout_s) : make_single_rank_communicator();
 }
 

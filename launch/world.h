@@ -17,6 +17,7 @@ struct World {
   int local_rank = 0;  // among the ranks on this host (for the device mapping)
   int local_size = 1;
   bool mpi = false;
+  double collective_timeout_s = 60.0;  // --collective-timeout
   std::unique_ptr<Communicator> comm;
 };
 

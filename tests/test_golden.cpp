@@ -91,6 +91,12 @@ TEST_P(Golden, ScoreAndGenerateMatchTransformers) {
   std::vector<int> ids;
   for (int id; out >> id;) ids.push_back(id);
   EXPECT_EQ(ids, meta["greedy"].get<std::vector<int>>());
+  // Without --dump-logits greedy ids come from the distributed argmax path.
+  CommandResult greedy = run(launcher + lockstep("generate --model " + model + " --prompt-ids " + prompt +
+                                                 " --ignore-eos --max-new-tokens " + std::to_string(new_tokens)),
+                             dir_ / "greedy", 300);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_EQ(greedy.out, g.out);
   NpyArray golden_gen = read_npy(dir / "generate.npy"), ours_gen = read_npy(dir_ / "gen.npy");
   double gen_err = max_abs_diff(ours_gen, golden_gen), gen_tol = 1e-3 * stddev(golden_gen);
 

@@ -20,6 +20,7 @@ class SingleRankCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const char* name() const override { return "single-rank"; }
+  bool capturable() const override { return true; }
   void all_reduce_sum(void*, int64_t, DType) override {}
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
     if (send != recv) std::memmove(recv, send, static_cast<size_t>(count) * dtype_size(dtype));

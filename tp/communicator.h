@@ -30,6 +30,9 @@ class Communicator {
   // outlasts the collective timeout. No-ops by default.
   virtual void wait_begins(const char* /*what*/) {}
   virtual void wait_ends() {}
+  // True when the collectives are stream-ordered device work that a CUDA
+  // graph can capture (NCCL, or none at all); false for host transports.
+  virtual bool capturable() const { return false; }
 };
 
 std::unique_ptr<Communicator> make_single_rank_communicator();

@@ -39,21 +39,19 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
   return logits_;
 }
 
+// Greedy without the logits: each rank's best (value, column) per row is
+// gathered in backend memory and copied to the host once; the lowest-ranked
+// (lowest id) maximum wins, so every rank picks the same token.
 const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
   step(batch);
   runner_.argmax();
   const int64_t rows = runner_.batch_logit_rows();
   const Runner::Span result = runner_.argmax_result();  // [values | columns], 4-byte elements
-  best_values_.resize(static_cast<size_t>(rows));
-  best_columns_.resize(static_cast<size_t>(rows));
-  result_host_.resize(static_cast<size_t>(result.count));
-  runner_.backend().to_host(result_host_.data(), result.data, result.count * 4);
-  std::memcpy(best_values_.data(), result_host_.data(), static_cast<size_t>(rows) * 4);
-  std::memcpy(best_columns_.data(), result_host_.data() + rows, static_cast<size_t>(rows) * 4);
-  gathered_values_.resize(static_cast<size_t>(rows * comm_.size()));
-  gathered_columns_.resize(static_cast<size_t>(rows * comm_.size()));
-  comm_.all_gather(best_values_.data(), gathered_values_.data(), rows, DType::kF32);
-  comm_.all_gather(best_columns_.data(), gathered_columns_.data(), rows, DType::kF32);  // 4-byte elements
+  comm_.all_gather(result.data, runner_.argmax_gathered(), result.count, DType::kF32);
+  argmax_host_.resize(static_cast<size_t>(result.count * comm_.size()) * 4);
+  comm_.wait_begins("the decode step's collectives");
+  runner_.backend().to_host(argmax_host_.data(), runner_.argmax_gathered(), static_cast<int64_t>(argmax_host_.size()));
+  comm_.wait_ends();
   const int64_t vl = runner_.plan().vocab_local;
   greedy_ids_.assign(static_cast<size_t>(rows), 0);
   for (int64_t row = 0; row < rows; ++row) {
@@ -61,10 +59,14 @@ const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
     float best = 0.0f;
     for (int r = 0; r < comm_.size(); ++r) {  // ranks in vocabulary order: ties keep the lower id
       if (r * vl >= vocab_size()) break;       // a share of padding only
-      const size_t at = static_cast<size_t>(r * rows + row);
-      if (!found || gathered_values_[at] > best) {
-        best = gathered_values_[at];
-        greedy_ids_[static_cast<size_t>(row)] = static_cast<int32_t>(r * vl + gathered_columns_[at]);
+      float value;
+      int32_t column;
+      const uint8_t* block = argmax_host_.data() + static_cast<size_t>(r * result.count) * 4;
+      std::memcpy(&value, block + static_cast<size_t>(row) * 4, 4);
+      std::memcpy(&column, block + static_cast<size_t>(rows + row) * 4, 4);
+      if (!found || value > best) {
+        best = value;
+        greedy_ids_[static_cast<size_t>(row)] = static_cast<int32_t>(r * vl + column);
         found = true;
       }
     }

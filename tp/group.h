@@ -61,9 +61,8 @@ class TpGroup {
   std::vector<int64_t> buckets_;
   std::map<int64_t, int> bucket_steps_;  // steps run per bucket (graphs: 1 eager, then captured)
   BatchDesc padded_;
-  std::vector<uint32_t> result_host_;
-  std::vector<float> best_values_, gathered_values_;
-  std::vector<int32_t> best_columns_, gathered_columns_, greedy_ids_;
+  std::vector<uint8_t> argmax_host_;  // [ranks][values (rows) | columns (rows)]
+  std::vector<int32_t> greedy_ids_;
 };
 
 }  // namespace lockstep
