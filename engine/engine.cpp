@@ -137,6 +137,8 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
                       .max_step_tokens = options.max_step_tokens,
                       .max_logit_rows = std::max(options.max_batch, std::min<int64_t>(options.max_step_tokens, 64))};
   ModelWeights weights = load_weights(*store_, config_, plan_, comm, *backend_, &load_stats_);
+  // Host buffers: through the world's host transport, whatever the device transport.
+  verify_same_on_all_ranks(world, load_stats_.replicated_checksum, "replicated weights checksum");
   spdlog::debug("read {} of {} sharded checkpoint bytes, {} replicated bytes", load_stats_.sharded_bytes_read,
                 load_stats_.sharded_bytes_in_checkpoint, load_stats_.replicated_bytes_read);
   runner_ = std::make_unique<Runner>(config_, plan_, std::move(weights), *backend_, limits, options.diag);

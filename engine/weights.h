@@ -46,6 +46,9 @@ struct LoadStats {
 // tensor) on every rank before any data is read.
 void check_checkpoint_shapes(const TensorStore& store, const ModelConfig& config);
 
+// `comm` broadcasts the replicated weights in backend memory. The caller
+// compares stats->replicated_checksum across ranks (verify_same_on_all_ranks,
+// through a host transport) before the first step.
 ModelWeights load_weights(const TensorStore& store, const ModelConfig& config, const ShardPlan& plan,
                           Communicator& comm, Backend& backend, LoadStats* stats);
 

@@ -90,7 +90,10 @@ TEST_F(Tp, ReplicatedChecksumMismatchIsAClearError) {
   TensorStore store(model);
   FakeRankCommunicator comm(0, 2, /*others_checksum=*/0x1234);
   auto backend = make_cpu_backend();
-  expect_error([&] { load_weights(store, config, ShardPlan::make(config, 0, 2), comm, *backend, nullptr); },
+  LoadStats stats;
+  load_weights(store, config, ShardPlan::make(config, 0, 2), comm, *backend, &stats);
+  EXPECT_NO_THROW(verify_same_on_all_ranks(*make_single_rank_communicator(), stats.replicated_checksum, "x"));
+  expect_error([&] { verify_same_on_all_ranks(comm, stats.replicated_checksum, "replicated weights checksum"); },
                ErrorKind::kRankFailure, {"replicated weights checksum", "rank(s) 1"});
 }
 
