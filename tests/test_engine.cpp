@@ -68,6 +68,11 @@ TEST_F(EngineTest, ChunkedPrefillEqualsOneShot) {
   auto x = a.generate({r}, true), y = b.generate({r}, true);
   EXPECT_EQ(x[0].tokens, y[0].tokens);
   EXPECT_EQ(x[0].logits, y[0].logits);
+  // Greedy without logits (the backend's argmax path) picks the same ids,
+  // including over prefill chunks that return no rows.
+  auto chunked_greedy = engine(1, 16);
+  Generator c(chunked_greedy->group());
+  EXPECT_EQ(c.generate({r}, false)[0].tokens, x[0].tokens);
   // score (chunked by the logit-row limit) agrees with generate's first row.
   std::vector<float> scored = a.score(p);
   const size_t vocab = 512;
