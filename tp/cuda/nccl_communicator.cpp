@@ -44,7 +44,7 @@ ncclDataType_t nccl_type(DType t) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  explicit NcclCommunicator(const NcclOptions& o) : stream_(o.stream) {
+  explicit NcclCommunicator(const NcclOptions& o) : stream_(o.stream), timeout_s_(o.collective_timeout_s) {
     world_rank_size();
     ncclUniqueId id;
     if (rank_ == 0) LS_CHECK_NCCL_CALL(ncclGetUniqueId(&id));
@@ -74,16 +74,14 @@ class NcclCommunicator final : public Communicator {
   bool capturable() const override { return true; }
 
   void all_reduce_sum(void* buf, int64_t count, DType dtype) override {
-    LS_CHECK_NCCL_CALL(ncclAllReduce(buf, buf, static_cast<size_t>(count), nccl_type(dtype), ncclSum, comm_, stream_));
-    last_ = "all-reduce";
+    enqueued(ncclAllReduce(buf, buf, static_cast<size_t>(count), nccl_type(dtype), ncclSum, comm_, stream_),
+             "all-reduce");
   }
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
-    LS_CHECK_NCCL_CALL(ncclAllGather(send, recv, static_cast<size_t>(count), nccl_type(dtype), comm_, stream_));
-    last_ = "all-gather";
+    enqueued(ncclAllGather(send, recv, static_cast<size_t>(count), nccl_type(dtype), comm_, stream_), "all-gather");
   }
   void broadcast(void* buf, int64_t bytes, int root) override {
-    LS_CHECK_NCCL_CALL(ncclBroadcast(buf, buf, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_));
-    last_ = "broadcast";
+    enqueued(ncclBroadcast(buf, buf, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_), "broadcast");
   }
   void barrier() override {
     if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);
@@ -116,7 +114,17 @@ class NcclCommunicator final : public Communicator {
     return fmt::format("asynchronous error: {}", ncclGetErrorString(state));
   }
 
-  // Waits for a non-blocking NCCL call to finish (start-up only).
+  // A non-blocking communicator may answer ncclInProgress while it enqueues
+  // a collective; the next NCCL call must wait until that is done (a host
+  // wait for the enqueue only, not for the collective itself).
+  void enqueued(ncclResult_t rc, const char* what) {
+    if (rc != ncclSuccess && rc != ncclInProgress)
+      throw_check_failure(ErrorKind::kNccl, what, ncclGetErrorString(rc), __FILE__, __LINE__);
+    if (rc == ncclInProgress) settle(what, std::chrono::duration<double>(timeout_s_));
+    last_ = what;
+  }
+
+  // Waits for a non-blocking NCCL call to finish.
   void settle(const char* what, std::chrono::duration<double> limit) {
     auto start = std::chrono::steady_clock::now();
     ncclResult_t state = ncclInProgress;
@@ -133,6 +141,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   cudaStream_t stream_;
+  double timeout_s_;
   ncclComm_t comm_ = nullptr;
   const char* last_ = "none";
   std::unique_ptr<CollectiveWatchdog> watchdog_;
