@@ -6,7 +6,7 @@
 # table is printed last.
 #   tools/gpu_check.sh [DEBS_DIR [STAGE...]]
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
-# all): tests sanitize e2e bench_small bench_8b (bench_8b: llama3-8b with the
+# all): tests sanitize e2e bench_small tp bench_8b (bench_8b: llama3-8b with the
 # PyTorch peers; slow). The build always runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep_out}
@@ -15,7 +15,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small}  # also: racecheck_ours bench_8b bench_8b_lockstep
+STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours bench_8b bench_8b_lockstep
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -103,6 +103,18 @@ for name in ("cuda_auto", "cuda_float32"):
           f"logit std {ref.std():.4g}, max/std {err.max()/ref.std():.4g}, "
           f"argmax agree {(got.argmax(1) == ref.argmax(1)).mean()*100:.1f}%")
 PY
+fi
+
+# tp: the NCCL and host-staged transports on this GPU (the GpuTp tests also
+# run in `tests`), and all-reduce latency/bandwidth at 1 and 2 ranks.
+if want tp; then
+  "$T" --gtest_filter='GpuTp*' > "$OUT/tp_tests.log" 2>&1
+  note "GPU TP tests rc=$? $(grep -E 'max \|diff\||PASSED|FAILED' "$OUT/tp_tests.log" | tr '\n' ' ')"
+  "$BUILD/allreduce_bench" 100 > "$OUT/allreduce_1rank.txt" 2>&1
+  note "allreduce_bench 1 rank rc=$?"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 "$BUILD/allreduce_bench" 50 \
+    > "$OUT/allreduce_2ranks.txt" 2>&1
+  note "allreduce_bench 2 ranks, one GPU rc=$?"
 fi
 
 if want bench_small; then
