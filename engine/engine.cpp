@@ -79,7 +79,8 @@ int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const Engi
     int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
     budget = phys / 4 / std::max(1, local_ranks);
   }
-  const int64_t per_position = 2 * c.num_layers * o.max_batch * p.kv_heads_local * c.head_dim *
+  const int64_t slots = o.max_batch + (o.max_batch > 1 ? 1 : 0);  // + the runner's padding slot
+  const int64_t per_position = 2 * c.num_layers * slots * p.kv_heads_local * c.head_dim *
                                static_cast<int64_t>(act_bytes);
   const int64_t fits = std::max<int64_t>(budget / per_position, 0);
   if (o.max_seq_len > 0) {

@@ -57,7 +57,7 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
 }
 
 KvCacheShape Runner::cache_shape() const {
-  return KvCacheShape{.num_slots = limits_.max_slots + 1,  // + the padding slot
+  return KvCacheShape{.num_slots = limits_.max_slots + (has_padding_slot() ? 1 : 0),
                       .max_seq = limits_.max_seq,
                       .num_kv_heads = plan_.kv_heads_local,
                       .head_dim = config_.head_dim};
@@ -75,8 +75,8 @@ void Runner::set_batch(const BatchDesc& b) {
   for (int64_t i = 0; i < n; ++i) {
     LS_REQUIRE(b.tokens[i] >= 0 && b.tokens[i] < config_.vocab_size, ErrorKind::kInvalidArgument,
                "token id {} is outside the vocabulary [0, {})", b.tokens[i], config_.vocab_size);
-    LS_REQUIRE(b.slots[i] >= 0 && b.slots[i] <= padding_slot(), ErrorKind::kInvalidArgument,
-               "sequence slot {} outside [0, {}]", b.slots[i], padding_slot());
+    LS_REQUIRE(b.slots[i] >= 0 && b.slots[i] < cache_shape().num_slots, ErrorKind::kInvalidArgument,
+               "sequence slot {} outside [0, {})", b.slots[i], cache_shape().num_slots);
     LS_REQUIRE(b.positions[i] >= 0 && b.positions[i] < limits_.max_seq, ErrorKind::kInvalidArgument,
                "position {} is beyond the context length {}", b.positions[i], limits_.max_seq);
   }

@@ -58,8 +58,10 @@ class Runner {
   const Diagnostics& diagnostics() const { return diag_; }
   int64_t batch_tokens() const { return tokens_; }
   // A KV-cache slot beyond the sequences' (limits().max_slots of them) for
-  // the rows that pad a decode batch to its bucket size.
+  // the rows that pad a decode batch to its bucket size. With one sequence
+  // no batch is ever padded, and no such slot is allocated.
   int32_t padding_slot() const { return static_cast<int32_t>(limits_.max_slots); }
+  bool has_padding_slot() const { return limits_.max_slots > 1; }
   int64_t batch_logit_rows() const { return logit_rows_; }
   // Logs what --diag asked for after a layer (called by the group).
   void log_layer_diagnostics(int64_t layer, double seconds);

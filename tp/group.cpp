@@ -81,6 +81,7 @@ void TpGroup::step(const BatchDesc& batch) {
     run_step();
   } else {
     padded_ = batch;
+    LS_CHECK(padded_.size() == bucket || runner_.has_padding_slot());
     while (padded_.size() < bucket) padded_.add(0, runner_.padding_slot(), 0, true);
     runner_.set_batch(padded_);
     const int steps = bucket_steps_[bucket]++;
