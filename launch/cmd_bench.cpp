@@ -100,6 +100,28 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, std::mt19937& rng) 
   return p;
 }
 
+// The collectives of one decode step on their own: the embedding's and two
+// per layer's all-reduces of [batch, hidden] through the engine's transport,
+// repeated, then one backend synchronization (NCCL work is on the stream).
+double collective_ms_per_step(Engine& engine, int64_t batch) {
+  Communicator& comm = engine.group().comm();
+  if (comm.size() == 1) return 0.0;
+  Backend& be = engine.backend();
+  const int64_t count = batch * engine.config().hidden_size;
+  Buffer buf = be.alloc(count * static_cast<int64_t>(dtype_size(be.act_dtype())));
+  be.to_backend(buf.data(), std::vector<uint8_t>(static_cast<size_t>(buf.bytes()), 0).data(), buf.bytes());
+  const int64_t per_step = 1 + 2 * engine.config().num_layers;
+  auto run = [&](int steps) {
+    for (int64_t i = 0; i < steps * per_step; ++i) comm.all_reduce_sum(buf.data(), count, be.act_dtype());
+    be.synchronize();
+  };
+  run(2);  // warm-up
+  constexpr int kSteps = 20;
+  const auto start = Clock::now();
+  run(kSteps);
+  return seconds_since(start) * 1e3 / kSteps;
+}
+
 nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b, double copy_gbs, std::mt19937& rng) {
   const ModelConfig& c = engine.config();
   std::vector<GenerationRequest> requests(static_cast<size_t>(batch));
@@ -119,7 +141,8 @@ nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b,
   const double gbs = (weight_bytes(c, elem) + kv_bytes) / (step_ms * 1e-3) / 1e9;
   return {{"batch", batch},         {"tok_per_s", static_cast<double>(batch) * 1e3 / step_ms},
           {"ms_per_step", step_ms}, {"gb_per_s", gbs},
-          {"pct_of_copy", copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0}};
+          {"pct_of_copy", copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0},
+          {"collective_ms_per_step", collective_ms_per_step(engine, batch)}};
 }
 
 nlohmann::json bench_prefill(Engine& engine, const BenchConfig& b, std::mt19937& rng) {
@@ -174,11 +197,13 @@ int run_bench(BenchConfig& b) {
   const auto& pf = report["prefill"];
   std::cout << fmt::format("prefill {} tokens: {:.0f} tok/s, {:.1f} TFLOP/s\n", b.prefill,
                            pf["tok_per_s"].get<double>(), pf["tflop_per_s"].get<double>());
-  std::cout << "batch  tok/s      ms/step  GB/s    %copy\n";
+  std::cout << fmt::format("{} rank(s) via {}\n", world().size, engine.group().comm().name());
+  std::cout << "batch  tok/s      ms/step  GB/s    %copy  collectives ms/step (alone)\n";
   for (const auto& d : report["decode"])
-    std::cout << fmt::format("{:<6} {:<10.1f} {:<8.3f} {:<7.0f} {:.1f}\n", d["batch"].get<int64_t>(),
+    std::cout << fmt::format("{:<6} {:<10.1f} {:<8.3f} {:<7.0f} {:<6.1f} {:.3f}\n", d["batch"].get<int64_t>(),
                              d["tok_per_s"].get<double>(), d["ms_per_step"].get<double>(),
-                             d["gb_per_s"].get<double>(), d["pct_of_copy"].get<double>());
+                             d["gb_per_s"].get<double>(), d["pct_of_copy"].get<double>(),
+                             d["collective_ms_per_step"].get<double>());
   if (!b.json.empty()) std::ofstream(b.json) << report.dump(2) << "\n";
   return 0;
 }
@@ -194,6 +219,8 @@ void add_bench_command(CLI::App& root, CommandTable& table) {
   cmd->add_option("--backend", b->engine.backend, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", b->engine.dtype, "compute dtype (see generate)")->capture_default_str();
   cmd->add_flag("--eager", b->engine.eager, "no CUDA graphs");
+  cmd->add_option("--comm", b->engine.comm, "tensor-parallel transport (see generate)")->capture_default_str();
+  cmd->add_option("--devices", b->engine.devices, "GPU of each local rank")->delimiter(',');
   cmd->add_option("--batch", b->batches, "comma-separated decode batch sizes")->capture_default_str();
   cmd->add_option("--ctx", b->ctx, "prompt tokens per sequence before decoding")->capture_default_str();
   cmd->add_option("--steps", b->steps, "decode steps per batch size")->capture_default_str();
