@@ -8,7 +8,6 @@
 // a mis-rotated head moves logits by a sizeable fraction of their std).
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -16,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
+#include "golden_support.h"
 #include "engine/io/npy.h"
 #include "test_support.h"
 
@@ -23,18 +23,8 @@ namespace lockstep {
 namespace {
 
 using namespace testing_cli;
+using namespace golden;
 namespace fs = std::filesystem;
-
-fs::path golden_root() { return fs::path(LOCKSTEP_SOURCE_DIR) / "tests" / "data" / "golden"; }
-
-std::vector<std::string> golden_cases() {
-  std::vector<std::string> names;
-  if (fs::is_directory(golden_root()))
-    for (const auto& e : fs::directory_iterator(golden_root()))
-      if (fs::exists(e.path() / "case.json")) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 struct GoldenParam {
   std::string name;
@@ -46,20 +36,6 @@ std::vector<GoldenParam> golden_params() {
   for (const auto& n : golden_cases())
     for (int ranks : {1, 2, 4}) p.push_back({n, ranks});
   return p;
-}
-
-double stddev(const NpyArray& a) {
-  double s = 0, sq = 0, n = static_cast<double>(a.values.size());
-  for (double v : a.values) s += v, sq += v * v;
-  return std::sqrt(sq / n - (s / n) * (s / n));
-}
-
-double max_abs_diff(const NpyArray& a, const NpyArray& b) {
-  EXPECT_EQ(a.shape, b.shape);
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.values.size(), b.values.size()); ++i)
-    m = std::max(m, std::abs(a.values[i] - b.values[i]));
-  return m;
 }
 
 class Golden : public TempDirTest, public ::testing::WithParamInterface<GoldenParam> {};
