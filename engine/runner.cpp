@@ -91,6 +91,11 @@ void Runner::set_batch(const BatchDesc& b) {
   std::copy(b.logit_rows.begin(), b.logit_rows.end(), batch_host_.begin() + 3 * T);
   backend_.to_backend(ids_, batch_host_.data(), static_cast<int64_t>(batch_host_.size()) * 4);
   tokens_ = n;
+  tokens_per_sequence_ = 1;
+  for (int64_t i = 1, run = 1; i < n; ++i) {
+    run = b.slots[i] == b.slots[i - 1] ? run + 1 : 1;
+    tokens_per_sequence_ = std::max(tokens_per_sequence_, run);
+  }
   logit_rows_ = static_cast<int64_t>(b.logit_rows.size());
   if (diag_.shapes || diag_.attn) log_batch_diagnostics(b);
 }
@@ -161,7 +166,8 @@ void Runner::pre_o_proj(int64_t layer) {
                                      .num_heads = plan_.q_heads_local,
                                      .cache = cs,
                                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
-                                     .dtype = act_});
+                                     .dtype = act_,
+                                     .tokens_per_sequence_hint = tokens_per_sequence_});
 }
 
 void Runner::o_proj(int64_t layer) {

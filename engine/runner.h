@@ -91,6 +91,7 @@ class Runner {
   Buffer argmax_, argmax_gathered_;
   Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_, logits_gathered_;
   int64_t tokens_ = 0;
+  int64_t tokens_per_sequence_ = 1;  // the longest run of consecutive tokens of one slot
   int64_t logit_rows_ = 0;
 };
 

@@ -59,6 +59,10 @@ struct AttentionParams {
   // CUDA backend fills it in; the CPU ignores it).
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
+  // How many consecutive tokens of the batch share a slot, typically (1 for
+  // decode, the chunk length for prefill). A tiling hint for backends: any
+  // batch is computed correctly whatever it says.
+  int64_t tokens_per_sequence_hint = 1;
   int64_t qkv_stride() const { return (num_heads + 2 * cache.num_kv_heads) * cache.head_dim; }
   void validate() const {
     LS_OP_REQUIRE(qkv && k_cache && v_cache && slots && positions && out, "attention", "null pointer");

@@ -67,6 +67,6 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace lockstep::cuda

@@ -1,7 +1,9 @@
 // KV-cache append and attention against the CPU reference: decode batches
 // (one token per sequence, random slots and lengths, so the sequence splits
-// of flash-decoding are exercised) and causal prefill chunks, for GQA ratios
-// 1, 4, 5, 8 and 16 and head_dim 64, 128 and 256.
+// of flash-decoding are exercised), causal prefill chunks, and mixed batches
+// (runs of several lengths, each its own sequence, under both tilings of the
+// tensor-core kernel), for GQA ratios 1, 4, 5, 8 and 16 and head_dim 64, 128
+// and 256.
 #include <string>
 
 #include "kernels/cuda/ops.h"
@@ -10,20 +12,52 @@
 namespace lockstep {
 namespace {
 
+enum class Layout {
+  kDecode,   // one token per slot, random positions
+  kPrefill,  // consecutive positions of one slot
+  kMixed,    // runs of 5, 1, 13, 2, 1, 7, ... tokens, each run its own slot at consecutive positions
+};
+
 struct AttnCase {
   int64_t tokens, heads, kv_heads, head_dim;
-  bool prefill;  // tokens are consecutive positions of one slot; else one token per slot
+  Layout layout;
+  int64_t hint = 0;  // tokens_per_sequence_hint; 0: the layout's true longest run
 };
 
 std::string describe(const AttnCase& c) {
-  return std::string(c.prefill ? "prefill" : "decode") + " tokens=" + std::to_string(c.tokens) +
-         " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd=" + std::to_string(c.head_dim);
+  const char* names[] = {"decode", "prefill", "mixed"};
+  return std::string(names[static_cast<int>(c.layout)]) + " tokens=" + std::to_string(c.tokens) +
+         " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd=" + std::to_string(c.head_dim) +
+         " hint=" + std::to_string(c.hint);
+}
+
+// Slots and positions of each layout; returns the longest run of one slot.
+int64_t fill_layout(const AttnCase& ac, int64_t max_seq, std::mt19937& rng, std::vector<int32_t>& slots,
+                    std::vector<int32_t>& pos) {
+  std::uniform_int_distribution<int32_t> pick_pos(0, static_cast<int32_t>(max_seq - 1));
+  const int32_t start =
+      std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(max_seq - ac.tokens))(rng);
+  static const int run_lengths[] = {5, 1, 13, 2, 1, 7};
+  int64_t longest = 1;
+  for (int64_t t = 0, run = 0, in_run = 0, slot = 0; t < ac.tokens; ++t) {
+    const auto i = static_cast<size_t>(t);
+    if (ac.layout == Layout::kDecode) {
+      slots[i] = static_cast<int32_t>(t), pos[i] = pick_pos(rng);
+    } else if (ac.layout == Layout::kPrefill) {
+      slots[i] = 1, pos[i] = start + static_cast<int32_t>(t), longest = ac.tokens;
+    } else {
+      if (in_run == run_lengths[run % 6]) ++run, ++slot, in_run = 0;
+      slots[i] = static_cast<int32_t>(slot), pos[i] = start + static_cast<int32_t>(in_run++);
+      longest = std::max(longest, in_run);
+    }
+  }
+  return longest;
 }
 
 class CudaAttentionTest : public CudaOpTest {
  protected:
   void run_case(const AttnCase& ac, DType dt, std::mt19937& rng) {
-    const KvCacheShape cache{.num_slots = ac.prefill ? 2 : ac.tokens, .max_seq = 1200, .num_kv_heads = ac.kv_heads,
+    const KvCacheShape cache{.num_slots = ac.layout == Layout::kPrefill ? 2 : ac.tokens, .max_seq = 1200, .num_kv_heads = ac.kv_heads,
                              .head_dim = ac.head_dim};
     const int64_t cache_elems = cache.num_slots * cache.slot_stride();
     // Earlier context: the whole cache starts filled with random keys/values.
@@ -31,13 +65,7 @@ class CudaAttentionTest : public CudaOpTest {
     const int64_t width = (ac.heads + 2 * ac.kv_heads) * ac.head_dim;
     std::vector<float> qkv = random_values(ac.tokens * width, dt, rng, 2.0f);
     std::vector<int32_t> slots(static_cast<size_t>(ac.tokens)), pos(static_cast<size_t>(ac.tokens));
-    std::uniform_int_distribution<int32_t> pick_pos(0, static_cast<int32_t>(cache.max_seq - 1));
-    const int32_t start = std::uniform_int_distribution<int32_t>(
-        0, static_cast<int32_t>(cache.max_seq - ac.tokens))(rng);
-    for (int64_t t = 0; t < ac.tokens; ++t) {
-      slots[static_cast<size_t>(t)] = ac.prefill ? 1 : static_cast<int32_t>(t);
-      pos[static_cast<size_t>(t)] = ac.prefill ? start + static_cast<int32_t>(t) : pick_pos(rng);
-    }
+    const int64_t longest = fill_layout(ac, cache.max_seq, rng, slots, pos);
     DeviceArray d_k(k, dt), d_v(v, dt), d_qkv(qkv, dt), d_slots(slots), d_pos(pos);
     DeviceArray d_out(ac.tokens * ac.heads * ac.head_dim, dt);
     DeviceArray d_ws(cuda::attention_workspace_bytes(num_sms_) / 4, DType::kF32);
@@ -47,7 +75,8 @@ class CudaAttentionTest : public CudaOpTest {
     AttentionParams p{.qkv = d_qkv.get(), .k_cache = d_k.get(), .v_cache = d_v.get(), .slots = d_slots.ints(),
                       .positions = d_pos.ints(), .out = d_out.get(), .tokens = ac.tokens, .num_heads = ac.heads,
                       .cache = cache, .scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim)), .dtype = dt,
-                      .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_)};
+                      .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_),
+                      .tokens_per_sequence_hint = ac.hint > 0 ? ac.hint : longest};
     cuda::kv_append(ap, stream_);
     cuda::attention(p, num_sms_, stream_);
     sync();
@@ -82,9 +111,9 @@ TEST_F(CudaAttentionTest, DecodeMatchesCpu) {
     for (int64_t tokens : odd_rows()) {
       if (tokens > 111) continue;  // one slot per token: the cache grows with the batch
       for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 2}, {16, 1}})
-        for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, false}, dt, rng);
+        for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, Layout::kDecode}, dt, rng);
     }
-  run_case({3, 8, 1, 256, false}, DType::kBF16, rng);
+  run_case({3, 8, 1, 256, Layout::kDecode}, DType::kBF16, rng);
 }
 
 TEST_F(CudaAttentionTest, PrefillMatchesCpu) {
@@ -94,9 +123,20 @@ TEST_F(CudaAttentionTest, PrefillMatchesCpu) {
       for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 2}}) {
         const bool big = tokens > 111;
         if (big && heads != 8) continue;  // keep the CPU reference's time in check
-        for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, true}, dt, rng);
+        for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, Layout::kPrefill}, dt, rng);
       }
-  run_case({19, 16, 2, 256, true}, DType::kF16, rng);
+  run_case({19, 16, 2, 256, Layout::kPrefill}, DType::kF16, rng);
+}
+
+// Several sequences' runs in one batch, under the hint of the longest run
+// (64-row tiles that span runs) and under hint 1 (16-row tiles).
+TEST_F(CudaAttentionTest, MixedRunsMatchCpu) {
+  std::mt19937 rng(13);
+  for (DType dt : all_dtypes())
+    for (int64_t tokens : {7, 19, 111})
+      for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 1}})
+        for (int64_t hd : {64, 128})
+          for (int64_t hint : {0, 1}) run_case({tokens, heads, kv, hd, Layout::kMixed, hint}, dt, rng);
 }
 
 }  // namespace
