@@ -35,7 +35,13 @@ fi
 BUILD=/tmp/lockstep_build
 cmake -S "$SRC" -B "$BUILD" -DLOCKSTEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a "${CMAKE_EXTRA[@]}" \
   > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; note "cmake FAILED"; }
-if make -C "$BUILD" -j16 > "$OUT/build.log" 2>&1; then note "build ok"; else grep -E "error" "$OUT/build.log" | head -30; note "build FAILED"; fi
+if make -C "$BUILD" -j16 > "$OUT/build.log" 2>&1; then
+  note "build ok"
+else
+  grep -E "error" "$OUT/build.log" | head -30
+  echo "== build FAILED"
+  exit 1
+fi
 T="$BUILD/lockstep_tests"
 L="$BUILD/lockstep"
 
