@@ -19,7 +19,8 @@ class Communicator {
   virtual const char* name() const = 0;
   // In-place elementwise sum over all ranks.
   virtual void all_reduce_sum(void* buf, int64_t count, DType dtype) = 0;
-  // recv holds size() blocks of `count` elements, block r from rank r.
+  // recv holds size() blocks of `count` elements, block r from rank r. The
+  // single-rank communicator copies send to recv with memmove: host memory only.
   virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
   virtual void broadcast(void* buf, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;

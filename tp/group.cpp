@@ -29,6 +29,15 @@ int64_t TpGroup::bucket_for(const BatchDesc& batch) const {
   return 0;
 }
 
+// With one rank the gathered blocks are the local block itself: no
+// collective and no copy (the single-rank communicator copies host memory
+// only, and these buffers live in backend memory).
+const void* TpGroup::all_gather_in_backend(const void* send, void* recv, int64_t count, DType dtype) {
+  if (comm_.size() == 1) return send;
+  comm_.all_gather(send, recv, count, dtype);
+  return recv;
+}
+
 void TpGroup::all_reduce(Runner::Span span) {
   comm_.all_reduce_sum(span.data, span.count, runner_.backend().act_dtype());
 }
@@ -47,10 +56,10 @@ const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
   runner_.argmax();
   const int64_t rows = runner_.batch_logit_rows();
   const Runner::Span result = runner_.argmax_result();  // [values | columns], 4-byte elements
-  comm_.all_gather(result.data, runner_.argmax_gathered(), result.count, DType::kF32);
+  const void* gathered = all_gather_in_backend(result.data, runner_.argmax_gathered(), result.count, DType::kF32);
   argmax_host_.resize(static_cast<size_t>(result.count * comm_.size()) * 4);
   comm_.wait_begins("the decode step's collectives");
-  runner_.backend().to_host(argmax_host_.data(), runner_.argmax_gathered(), static_cast<int64_t>(argmax_host_.size()));
+  runner_.backend().to_host(argmax_host_.data(), gathered, static_cast<int64_t>(argmax_host_.size()));
   comm_.wait_ends();
   const int64_t vl = runner_.plan().vocab_local;
   greedy_ids_.assign(static_cast<size_t>(rows), 0);
@@ -134,11 +143,11 @@ void TpGroup::gather_logits() {
   const int64_t vl = runner_.plan().vocab_local;
   const int64_t vocab = runner_.config().vocab_size;
   const DType act = runner_.backend().act_dtype();
-  comm_.all_gather(local.data, runner_.logits_gathered(), local.count, act);
+  const void* gathered = all_gather_in_backend(local.data, runner_.logits_gathered(), local.count, act);
   const size_t total = static_cast<size_t>(local.count * comm_.size());
   gathered_raw_.resize(total * dtype_size(act));
   comm_.wait_begins("the decode step's collectives");
-  runner_.backend().to_host(gathered_raw_.data(), runner_.logits_gathered(), static_cast<int64_t>(gathered_raw_.size()));
+  runner_.backend().to_host(gathered_raw_.data(), gathered, static_cast<int64_t>(gathered_raw_.size()));
   comm_.wait_ends();
   gathered_.resize(total);
   convert_to_f32(gathered_raw_.data(), act, gathered_.data(), total);

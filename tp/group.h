@@ -49,6 +49,9 @@ class TpGroup {
   void run_step();  // embedding .. LM head on the batch set in the runner
   int64_t bucket_for(const BatchDesc& batch) const;  // 0: not a decode-shaped batch
   void all_reduce(Runner::Span span);
+  // All-gathers `count` elements per rank in backend memory; returns where the
+  // gathered blocks are (`send` itself with one rank).
+  const void* all_gather_in_backend(const void* send, void* recv, int64_t count, DType dtype);
   void gather_logits();
 
   Communicator& comm_;
