@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -104,7 +105,23 @@ int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const Engi
 Communicator* choose_transport(const EngineOptions& o, Communicator& world, Backend& backend,
                                std::unique_ptr<Communicator>& owned) {
   const bool on_gpu = backend.stream_handle() != nullptr;
-  const std::string comm = o.comm == "auto" ? (world.size() == 1 ? "single" : on_gpu ? "nccl" : "mpi") : o.comm;
+  // NCCL refuses two ranks on one GPU: with more ranks on this host than GPUs
+  // to spread them over, auto takes MPI through host staging instead.
+#if LOCKSTEP_WITH_CUDA
+  const int visible = cuda_device_count();
+#else
+  const int visible = 0;
+#endif
+  const int gpus = o.devices.empty() ? visible
+                                     : static_cast<int>(std::set<int>(o.devices.begin(), o.devices.end()).size());
+  const bool shared_gpus = on_gpu && o.local_ranks > gpus;
+  std::string comm = o.comm;
+  if (comm == "auto") {
+    comm = world.size() == 1 ? "single" : on_gpu && !shared_gpus ? "nccl" : "mpi";
+    if (shared_gpus && world.size() > 1)
+      spdlog::warn("{} ranks share {} GPU(s) on this host: NCCL cannot serve them, using MPI with host staging",
+                   o.local_ranks, gpus);
+  }
   LS_REQUIRE(comm != "single" || world.size() == 1, ErrorKind::kInvalidArgument,
              "--comm single cannot serve {} ranks", world.size());
   LS_REQUIRE(comm != "nccl" || on_gpu, ErrorKind::kInvalidArgument, "--comm nccl needs --backend cuda");

@@ -25,6 +25,7 @@ struct EngineOptions {
   std::string backend = "cpu";   // cpu or cuda (see default_backend())
   std::string dtype = "auto";    // auto: float32 on the CPU; the checkpoint's 16-bit type on CUDA (f32 -> bf16)
   int local_rank = 0;            // picks the GPU: devices[local_rank % n], or local_rank % visible GPUs
+  int local_ranks = 1;           // ranks on this host (with fewer GPUs than ranks, --comm auto avoids NCCL)
   std::vector<int> devices;      // --devices: the GPU of each local rank (empty: local_rank % visible)
   // The tensor-parallel transport: auto (one rank: none; several: mpi on the
   // CPU, nccl on CUDA), single, mpi (on CUDA: device buffers staged through the

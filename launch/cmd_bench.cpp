@@ -216,6 +216,7 @@ void add_bench_command(CLI::App& root, CommandTable& table) {
   cmd->add_option("--model", b->engine.model_dir, "Hugging Face model folder")->required();
   b->engine.backend = default_backend();
   b->engine.local_rank = world().local_rank;
+  b->engine.local_ranks = world().local_size;
   cmd->add_option("--backend", b->engine.backend, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", b->engine.dtype, "compute dtype (see generate)")->capture_default_str();
   cmd->add_flag("--eager", b->engine.eager, "no CUDA graphs");

@@ -34,6 +34,7 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_option("--model", c.engine.model_dir, "Hugging Face model folder")->required();
   c.engine.backend = default_backend();
   c.engine.local_rank = world().local_rank;
+  c.engine.local_ranks = world().local_size;
   cmd->add_option("--backend", c.engine.backend, "cpu or cuda (default: cuda when a GPU is visible)")
       ->capture_default_str();
   cmd->add_option("--comm", c.engine.comm,

@@ -38,7 +38,7 @@ class Cli : public TempDirTest {
     EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
   }
   CommandResult generate(const std::filesystem::path& model, const std::string& args) {
-    return run(lockstep("generate --model " + model.string() + " " + args), dir_ / "run");
+    return run(lockstep("generate --backend cpu --model " + model.string() + " " + args), dir_ / "run");
   }
   void rewrite_config(const std::filesystem::path& model, const std::function<void(nlohmann::json&)>& edit) {
     auto path = model / "config.json";
@@ -58,7 +58,7 @@ TEST_F(Cli, GenerateAndScoreWriteLogitsOfTheRightShape) {
   while (ids >> id) ++n;
   EXPECT_EQ(n, 5);
   EXPECT_EQ(read_npy(dir_ / "g.npy").shape, (std::vector<int64_t>{5, 512}));
-  CommandResult s = run(lockstep("score --model " + model.string() + " --prompt-ids 4,5,6,7 --dump-logits " +
+  CommandResult s = run(lockstep("score --backend cpu --model " + model.string() + " --prompt-ids 4,5,6,7 --dump-logits " +
                                  (dir_ / "s.npy").string()),
                         dir_ / "score");
   ASSERT_EQ(s.exit_code, 0) << s.err;
@@ -69,7 +69,7 @@ TEST_F(Cli, ScoreLastRowMatchesGenerateFirstRow) {
   auto model = make_model("m");
   ASSERT_EQ(generate(model, "--prompt-ids 9,8,7 --max-new-tokens 1 --ignore-eos --dump-logits " +
                                 (dir_ / "g.npy").string()).exit_code, 0);
-  ASSERT_EQ(run(lockstep("score --model " + model.string() + " --prompt-ids 9,8,7 --dump-logits " +
+  ASSERT_EQ(run(lockstep("score --backend cpu --model " + model.string() + " --prompt-ids 9,8,7 --dump-logits " +
                          (dir_ / "s.npy").string()), dir_ / "s").exit_code, 0);
   NpyArray g = read_npy(dir_ / "g.npy"), s = read_npy(dir_ / "s.npy");
   for (size_t v = 0; v < 512; ++v) ASSERT_EQ(g.values[v], s.values[2 * 512 + v]) << v;

@@ -50,7 +50,7 @@ TEST_P(Golden, ScoreAndGenerateMatchTransformers) {
   const std::string launcher = gp.ranks == 1 ? "" : mpirun(gp.ranks);
   const std::string model = (dir / "model").string();
 
-  CommandResult s = run(launcher + lockstep("score --model " + model + " --prompt-ids " + prompt +
+  CommandResult s = run(launcher + lockstep("score --backend cpu --model " + model + " --prompt-ids " + prompt +
                                             " --dump-logits " + (dir_ / "score.npy").string()),
                         dir_ / "score", 300);
   ASSERT_EQ(s.exit_code, 0) << s.err;
@@ -58,7 +58,7 @@ TEST_P(Golden, ScoreAndGenerateMatchTransformers) {
   double score_err = max_abs_diff(ours_score, golden_score), score_tol = 1e-3 * stddev(golden_score);
 
   const int new_tokens = meta["max_new_tokens"].get<int>();
-  CommandResult g = run(launcher + lockstep("generate --model " + model + " --prompt-ids " + prompt +
+  CommandResult g = run(launcher + lockstep("generate --backend cpu --model " + model + " --prompt-ids " + prompt +
                                             " --ignore-eos --max-new-tokens " + std::to_string(new_tokens) +
                                             " --dump-logits " + (dir_ / "gen.npy").string()),
                         dir_ / "gen", 300);
@@ -68,7 +68,7 @@ TEST_P(Golden, ScoreAndGenerateMatchTransformers) {
   for (int id; out >> id;) ids.push_back(id);
   EXPECT_EQ(ids, meta["greedy"].get<std::vector<int>>());
   // Without --dump-logits greedy ids come from the distributed argmax path.
-  CommandResult greedy = run(launcher + lockstep("generate --model " + model + " --prompt-ids " + prompt +
+  CommandResult greedy = run(launcher + lockstep("generate --backend cpu --model " + model + " --prompt-ids " + prompt +
                                                  " --ignore-eos --max-new-tokens " + std::to_string(new_tokens)),
                              dir_ / "greedy", 300);
   ASSERT_EQ(greedy.exit_code, 0) << greedy.err;

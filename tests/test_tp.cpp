@@ -107,12 +107,12 @@ LogitsRun run_tp(const std::filesystem::path& model, int ranks, const std::files
                  const std::string& prompt, int new_tokens) {
   std::string launcher = ranks == 1 ? "" : mpirun(ranks);
   auto g = scratch / ("g" + std::to_string(ranks) + ".npy"), s = scratch / ("s" + std::to_string(ranks) + ".npy");
-  CommandResult gen = run(launcher + lockstep("generate --model " + model.string() + " --prompt-ids " + prompt +
+  CommandResult gen = run(launcher + lockstep("generate --backend cpu --model " + model.string() + " --prompt-ids " + prompt +
                                               " --ignore-eos --max-new-tokens " + std::to_string(new_tokens) +
                                               " --dump-logits " + g.string()),
                           scratch / "gen", 300);
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
-  CommandResult sc = run(launcher + lockstep("score --model " + model.string() + " --prompt-ids " + prompt +
+  CommandResult sc = run(launcher + lockstep("score --backend cpu --model " + model.string() + " --prompt-ids " + prompt +
                                              " --dump-logits " + s.string()),
                          scratch / "score", 300);
   EXPECT_EQ(sc.exit_code, 0) << sc.err;
@@ -154,7 +154,7 @@ TEST_F(Tp, TpTwoAndFourMatchTpOne) {
 
 TEST_F(Tp, IndivisibleTpSizeIsRefusedOnEveryRank) {
   auto model = make_model("--arch llama --preset tiny");
-  CommandResult r = run(mpirun(3) + lockstep("generate --model " + model.string() + " --prompt-ids 1"), dir_ / "r", 60);
+  CommandResult r = run(mpirun(3) + lockstep("generate --backend cpu --model " + model.string() + " --prompt-ids 1"), dir_ / "r", 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("tensor-parallel size 3 does not divide num_attention_heads 4"), std::string::npos) << r.err;
 }
@@ -165,7 +165,7 @@ TEST_F(Tp, IndivisibleTpSizeIsRefusedOnEveryRank) {
 double seconds_to_end_after_signal(const std::filesystem::path& dir, const std::filesystem::path& model, int signal,
                                    int* exit_code) {
   auto log = dir / "job.log", rc = dir / "job.rc";
-  std::string job = "(" + mpirun(2) + lockstep("--log-level info --collective-timeout 3 generate --model " +
+  std::string job = "(" + mpirun(2) + lockstep("--log-level info --collective-timeout 3 generate --backend cpu --model " +
                                                model.string() + " --prompt-ids 1,2,3 --ignore-eos --max-new-tokens 2000") +
                     " >" + log.string() + " 2>&1; echo $? >" + rc.string() + ") &";
   EXPECT_EQ(std::system(job.c_str()), 0);

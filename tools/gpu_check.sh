@@ -139,6 +139,7 @@ if want bench_8b; then
   note "bench 8b rc=$? after ${SECONDS}s"
 fi
 # The device tool returns few files: everything but the summary goes in one archive.
-(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude='*.npy' . && find . -type f ! -name logs.tgz -delete)
+tar czf /tmp/lockstep_logs.tgz -C "$OUT" --exclude='*.npy' . && find "$OUT" -type f -delete &&
+  mv /tmp/lockstep_logs.tgz "$OUT/logs.tgz"
 echo "---- summary"
 printf '%s\n' "${SUMMARY[@]}"

@@ -116,7 +116,7 @@ __device__ void softmax_tile(AttnShared<T, HD>& s, int G) {
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
-  constexpr int E = HD / 32;  // output dims per lane
+  constexpr int E = HD >= 32 ? HD / 32 : 1;  // output dims per lane (lanes >= HD idle when HD < 32)
   __shared__ AttnShared<T, HD> s;
   const int64_t t = blockIdx.x;
   const int64_t kvh = blockIdx.y / a.head_chunks;
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[g][e] *= g < G ? s.alpha[g] : 0.0f;
     const int keys = static_cast<int>(min(static_cast<int64_t>(kTile), end - tile));
-    for (int i = warp; i < keys; i += kWarps) {
+    for (int i = warp; i < keys && lane * E < HD; i += kWarps) {
       Vec<T, E> v;
       v.load(v_base + (tile + i) * pos_stride + lane * E);
 #pragma unroll
@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g)
 #pragma unroll
-    for (int e = 0; e < E; ++e) s.red[warp][g][lane * E + e] = acc[g][e];
+    for (int e = 0; e < E; ++e)
+      if (lane * E < HD) s.red[warp][g][lane * E + e] = acc[g][e];
   __syncthreads();
   for (int i = threadIdx.x; i < G * HD; i += kThreads) {
     const int g = i / HD;

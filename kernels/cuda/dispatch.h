@@ -1,5 +1,5 @@
 // Run-time to compile-time dispatch, in one place: element type (float32,
-// bfloat16, float16) and head_dim (64, 128, 256). Anything else fails loudly,
+// bfloat16, float16) and head_dim (8 .. 256, powers of two). Anything else fails loudly,
 // naming the op and the value.
 #pragma once
 
@@ -28,12 +28,15 @@ void dispatch_dtype(DType dtype, const char* op, F&& f) {
 template <typename F>
 void dispatch_head_dim(int64_t head_dim, const char* op, F&& f) {
   switch (head_dim) {
+    case 8: f(std::integral_constant<int, 8>{}); return;
+    case 16: f(std::integral_constant<int, 16>{}); return;
+    case 32: f(std::integral_constant<int, 32>{}); return;
     case 64: f(std::integral_constant<int, 64>{}); return;
     case 128: f(std::integral_constant<int, 128>{}); return;
     case 256: f(std::integral_constant<int, 256>{}); return;
     default: break;
   }
-  LS_FAIL(ErrorKind::kModel, "{}: head_dim {} is not supported by the CUDA backend (64, 128 or 256)", op, head_dim);
+  LS_FAIL(ErrorKind::kModel, "{}: head_dim {} is not supported by the CUDA backend (8, 16, 32, 64, 128 or 256)", op, head_dim);
 }
 
 }  // namespace lockstep::cuda

@@ -114,6 +114,8 @@ TEST_F(CudaAttentionTest, DecodeMatchesCpu) {
         for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, Layout::kDecode}, dt, rng);
     }
   run_case({3, 8, 1, 256, Layout::kDecode}, DType::kBF16, rng);
+  for (DType dt : all_dtypes())  // small heads (test models): the CUDA-core kernel with idle lanes
+    for (int64_t hd : {8, 16, 32}) run_case({7, 8, 2, hd, Layout::kDecode}, dt, rng);
 }
 
 TEST_F(CudaAttentionTest, PrefillMatchesCpu) {
@@ -126,6 +128,8 @@ TEST_F(CudaAttentionTest, PrefillMatchesCpu) {
         for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, Layout::kPrefill}, dt, rng);
       }
   run_case({19, 16, 2, 256, Layout::kPrefill}, DType::kF16, rng);
+  for (DType dt : all_dtypes())
+    for (int64_t hd : {8, 16, 32}) run_case({19, 4, 2, hd, Layout::kPrefill}, dt, rng);
 }
 
 // Several sequences' runs in one batch, under the hint of the longest run
