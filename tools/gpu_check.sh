@@ -56,7 +56,8 @@ fi
 for stage in sanitize racecheck_ours; do
   want $stage || continue
   tools="memcheck racecheck"; filter='CudaOpTest*:CudaAttentionTest*'
-  [ $stage = racecheck_ours ] && { tools=racecheck; filter='CudaOpTest*:CudaAttentionTest*:-CudaOpTest.LinearMatchesCpu'; }
+  # racecheck is slow: the mixed-run attention test (both tilings, up to 111 tokens) stands for attention.
+  [ $stage = racecheck_ours ] && { tools=racecheck; filter='CudaOpTest*:CudaAttentionTest.MixedRuns*:-CudaOpTest.LinearMatchesCpu'; }
   for tool in $tools; do
     timeout ${SANITIZER_TIMEOUT_S:-200} compute-sanitizer --tool $tool --error-exitcode 9 "$T" --gtest_filter="$filter" \
       > "$OUT/$tool.log" 2>&1

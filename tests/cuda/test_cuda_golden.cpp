@@ -18,6 +18,7 @@
 // rounding decides); logits are compared up to and including that step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include <fmt/ranges.h>
@@ -114,10 +115,11 @@ TEST_P(CudaGolden, ScoreAndGenerateMatchTransformers) {
     ++compared;
     break;
   }
+  const auto same = static_cast<size_t>(std::mismatch(ids.begin(), ids.end(), want.begin()).first - ids.begin());
   std::printf("%s %s: score max err %.3g (%.3g of std, tol %.3g); generate max err %.3g over %zu of %zu steps "
-              "(tol %.3g)\n",
+              "(tol %.3g); %zu of %zu greedy ids identical\n",
               gp.name.c_str(), gp.float32 ? "float32" : "16-bit", score_err, score_err / stddev(golden_score),
-              fraction, gen_err, compared, want.size(), gen_tol);
+              fraction, gen_err, compared, want.size(), gen_tol, same, want.size());
   EXPECT_LE(score_err, score_tol);
   EXPECT_LE(gen_err, gen_tol);
 }
