@@ -219,6 +219,38 @@ int choose_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
   return static_cast<int>(std::min<int64_t>({kMaxSplits, fill, by_length}));
 }
 
+// The kernels' arguments. The workspace holds the splits' partial outputs,
+// [tokens, heads, splits, head_dim], then their (max, sum) pairs.
+AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits) {
+  float* ws = static_cast<float*>(p.workspace);
+  const int64_t entries = p.tokens * p.num_heads * splits;
+  return AttnArgs{.qkv = p.qkv,
+                  .k_cache = p.k_cache,
+                  .v_cache = p.v_cache,
+                  .slots = p.slots,
+                  .positions = p.positions,
+                  .out = p.out,
+                  .ws_acc = ws,
+                  .ws_ml = splits > 1 ? ws + entries * head_dim : nullptr,
+                  .tokens = p.tokens,
+                  .num_heads = p.num_heads,
+                  .num_kv_heads = p.cache.num_kv_heads,
+                  .slot_stride = p.cache.slot_stride(),
+                  .group = group,
+                  .head_chunks = head_chunks,
+                  .splits = splits,
+                  .scale = p.scale};
+}
+
+// Merges the splits into the output (nothing to do with one split).
+template <typename T, int HD>
+void launch_combine(const AttentionParams& p, const AttnArgs& args, cudaStream_t stream) {
+  if (args.splits == 1) return;
+  LS_LAUNCH("attention_combine_kernel", attention_combine_kernel<T, HD>,
+            dim3(static_cast<unsigned>(p.tokens * p.num_heads)), dim3(HD), 0, stream, args.ws_acc, args.ws_ml,
+            static_cast<T*>(p.out), args.splits);
+}
+
 // ---- Tensor-core path (bf16/f16, head_dim 64 and 128) ----
 //
 // One block of 4 warps per (tile of query rows, kv head, split). The query
@@ -516,26 +548,8 @@ void launch_attention_tensor_core(const AttentionParams& p, int num_sms, cudaStr
   int splits = choose_splits(base, c.max_seq, num_sms);
   const int64_t bytes_per_split = p.tokens * p.num_heads * (HD + 2) * 4;
   splits = static_cast<int>(std::min<int64_t>(splits, std::max<int64_t>(1, p.workspace_bytes / bytes_per_split)));
-  float* ws = static_cast<float*>(p.workspace);
-  if (splits > 1)
-    LS_OP_REQUIRE(ws != nullptr, "attention", "no workspace for {} splits", splits);
-  const int64_t entries = p.tokens * p.num_heads * splits;
-  const AttnArgs args{.qkv = p.qkv,
-                      .k_cache = p.k_cache,
-                      .v_cache = p.v_cache,
-                      .slots = p.slots,
-                      .positions = p.positions,
-                      .out = p.out,
-                      .ws_acc = ws,
-                      .ws_ml = splits > 1 ? ws + entries * HD : nullptr,
-                      .tokens = p.tokens,
-                      .num_heads = p.num_heads,
-                      .num_kv_heads = c.num_kv_heads,
-                      .slot_stride = c.slot_stride(),
-                      .group = group,
-                      .head_chunks = 1,
-                      .splits = splits,
-                      .scale = p.scale};
+  if (splits > 1) LS_OP_REQUIRE(p.workspace != nullptr, "attention", "no workspace for {} splits", splits);
+  const AttnArgs args = make_attn_args(p, HD, group, 1, splits);
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(c.num_kv_heads),
                   static_cast<unsigned>(splits));
   if (wide)
@@ -544,12 +558,8 @@ void launch_attention_tensor_core(const AttentionParams& p, int num_sms, cudaStr
   else
     LS_LAUNCH("attention_tensor_core_kernel", (attention_tensor_core_kernel<T, HD, 1>), grid, dim3(kTcThreads), 0,
               stream, args);
-  if (splits > 1)
-    LS_LAUNCH("attention_combine_kernel", attention_combine_kernel<T, HD>,
-              dim3(static_cast<unsigned>(p.tokens * p.num_heads)), dim3(HD), 0, stream, args.ws_acc, args.ws_ml,
-              static_cast<T*>(p.out), splits);
+  launch_combine<T, HD>(p, args, stream);
 }
-
 
 template <typename T, int HD>
 void launch_attention(const AttentionParams& p, int num_sms, cudaStream_t stream) {
@@ -559,33 +569,14 @@ void launch_attention(const AttentionParams& p, int num_sms, cudaStream_t stream
   const int64_t base = p.tokens * c.num_kv_heads * head_chunks;
   const int splits = choose_splits(base, c.max_seq, num_sms);
   const int64_t entries = p.tokens * p.num_heads * splits;
-  float* ws = static_cast<float*>(p.workspace);
   if (splits > 1)
-    LS_OP_REQUIRE(ws != nullptr && entries * (HD + 2) * 4 <= p.workspace_bytes, "attention",
+    LS_OP_REQUIRE(p.workspace != nullptr && entries * (HD + 2) * 4 <= p.workspace_bytes, "attention",
                   "workspace of {} bytes is too small for {} partial results", p.workspace_bytes, entries);
-  const AttnArgs args{.qkv = p.qkv,
-                      .k_cache = p.k_cache,
-                      .v_cache = p.v_cache,
-                      .slots = p.slots,
-                      .positions = p.positions,
-                      .out = p.out,
-                      .ws_acc = ws,
-                      .ws_ml = splits > 1 ? ws + entries * HD : nullptr,
-                      .tokens = p.tokens,
-                      .num_heads = p.num_heads,
-                      .num_kv_heads = c.num_kv_heads,
-                      .slot_stride = c.slot_stride(),
-                      .group = group,
-                      .head_chunks = head_chunks,
-                      .splits = splits,
-                      .scale = p.scale};
+  const AttnArgs args = make_attn_args(p, HD, group, head_chunks, splits);
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(c.num_kv_heads * head_chunks),
                   static_cast<unsigned>(splits));
   LS_LAUNCH("attention_kernel", attention_kernel<T, HD>, grid, dim3(kThreads), 0, stream, args);
-  if (splits > 1)
-    LS_LAUNCH("attention_combine_kernel", attention_combine_kernel<T, HD>,
-              dim3(static_cast<unsigned>(p.tokens * p.num_heads)), dim3(HD), 0, stream, args.ws_acc, args.ws_ml,
-              static_cast<T*>(p.out), splits);
+  launch_combine<T, HD>(p, args, stream);
 }
 
 }  // namespace
