@@ -6,8 +6,9 @@
 # table is printed last.
 #   tools/gpu_check.sh [DEBS_DIR [STAGE...]]
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
-# all): tests sanitize e2e bench_small tp bench_8b (bench_8b: llama3-8b with the
-# PyTorch peers; slow). The build always runs.
+# all): tests sanitize e2e bench_small tp; on request racecheck_ours, linear
+# (benchmarks/linear_bench: the weight stream per layer shape), bench_8b
+# (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep. The build always runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep_out}
 mkdir -p "$OUT"
@@ -15,7 +16,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours bench_8b bench_8b_lockstep
+STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear bench_8b bench_8b_lockstep
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -128,6 +129,11 @@ if want bench_small; then
 "$L" make-model --preset small --out "$M" > "$OUT/make_model.log" 2>&1
 "$L" bench --model "$M" --batch 1,8 --ctx 128 --steps 32 --prefill 256 > "$OUT/bench_small.txt" 2> "$OUT/bench_small.log"
 note "bench small rc=$? $(tr '\n' ' ' < "$OUT/bench_small.txt")"
+fi
+
+if want linear; then
+  "$BUILD/linear_bench" 50 > "$OUT/linear_bench.txt" 2>&1
+  note "linear_bench rc=$? (table in linear_bench.txt)"
 fi
 
 if want bench_8b_lockstep; then

@@ -1,0 +1,136 @@
+// The decode step's weight stream, one linear layer at a time: cuda::linear
+// (own GEMV for 1-2 rows, cuBLASLt from 3) on the llama3-8b layer shapes and
+// the LM head, for 1-64 rows, timed inside a CUDA graph as the decode step
+// runs it, against the device-to-device copy bandwidth measured in the same
+// run. Random bf16 data (never zeros); layers smaller than 256 MB cycle over
+// several copies of their weights so that L2 (60 MB on the H200) cannot serve
+// them, as it cannot in a decode step. Prints one row per (shape, rows).
+// Run: build/linear_bench [iterations]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/linear.h"
+
+namespace {
+
+using lockstep::DType;
+
+struct Shape {
+  const char* name;
+  int64_t in, out;
+};
+
+// llama3-8b: hidden 4096, 32/8 heads of 128, intermediate 14336, vocab 128256.
+constexpr Shape kShapes[] = {{"qkv", 4096, 6144},
+                             {"o_proj", 4096, 4096},
+                             {"gate_up", 4096, 2 * 14336},
+                             {"down", 14336, 4096},
+                             {"lm_head", 4096, 128256}};
+
+void* random_device_bf16(int64_t count, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> host(static_cast<size_t>(count));
+  for (float& v : host) v = dist(rng);
+  std::vector<uint16_t> raw(host.size());
+  lockstep::convert_from_f32(host.data(), raw.data(), DType::kBF16, host.size());
+  void* d = nullptr;
+  LS_CHECK_CUDA(cudaMalloc(&d, raw.size() * 2));
+  LS_CHECK_CUDA(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Mean time of `body(i)` in microseconds: calls i = 0 .. per_graph-1
+// captured in one graph, replayed `iters` times after a warm-up replay.
+template <typename Body>
+double graphed_us(cudaStream_t stream, int per_graph, int iters, Body body) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  LS_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < per_graph; ++i) body(i);
+  LS_CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  LS_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  LS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  LS_CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaEvent_t start, stop;
+  LS_CHECK_CUDA(cudaEventCreate(&start));
+  LS_CHECK_CUDA(cudaEventCreate(&stop));
+  LS_CHECK_CUDA(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; ++i) LS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  LS_CHECK_CUDA(cudaEventRecord(stop, stream));
+  LS_CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  LS_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return 1000.0 * ms / (static_cast<double>(iters) * per_graph);
+}
+
+// Device-to-device copy of 2 GiB, GB/s counting bytes read and written.
+double copy_gbs(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 31;
+  void *a = nullptr, *b = nullptr;
+  LS_CHECK_CUDA(cudaMalloc(&a, bytes));
+  LS_CHECK_CUDA(cudaMalloc(&b, bytes));
+  LS_CHECK_CUDA(cudaMemsetAsync(a, 1, bytes, stream));
+  const double us =
+      graphed_us(stream, 1, 10, [&](int) { LS_CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); });
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) / us / 1e3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iters = argc > 1 ? std::atoi(argv[1]) : 50;
+  cudaStream_t stream;
+  LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  lockstep::cuda::LinearContext ctx;
+  std::mt19937 rng(5);
+  const double copy = copy_gbs(stream);
+  std::printf("copy bandwidth %.0f GB/s\n", copy);
+  std::printf("%-8s %5s %10s %10s %8s\n", "layer", "rows", "us", "GB/s", "%copy");
+  constexpr int64_t kMaxRows = 64;
+  for (const Shape& s : kShapes) {
+    const int64_t weight_bytes = 2 * s.in * s.out;
+    const int copies = static_cast<int>(std::max<int64_t>(1, ((int64_t{256} << 20) + weight_bytes - 1) / weight_bytes));
+    std::vector<void*> w;
+    for (int c = 0; c < copies; ++c) w.push_back(random_device_bf16(s.in * s.out, rng));
+    void* x = random_device_bf16(kMaxRows * s.in, rng);
+    void* y = random_device_bf16(kMaxRows * s.out, rng);
+    for (int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
+      lockstep::LinearParams p{.x = x,
+                                     .weight = w[0],
+                                     .y = y,
+                                     .rows = rows,
+                                     .in_features = s.in,
+                                     .out_features = s.out,
+                                     .act_dtype = DType::kBF16,
+                                     .weight_dtype = DType::kBF16};
+      lockstep::cuda::linear(p, ctx, stream);  // plans made outside the capture
+      LS_CHECK_CUDA(cudaStreamSynchronize(stream));
+      const double us = graphed_us(stream, std::max(copies, 8), iters, [&](int i) {
+        p.weight = w[static_cast<size_t>(i % copies)];
+        lockstep::cuda::linear(p, ctx, stream);
+      });
+      const double bytes = 2.0 * static_cast<double>(s.in * s.out + rows * (s.in + s.out));
+      const double gbs = bytes / us / 1e3;
+      std::printf("%-8s %5lld %10.2f %10.0f %8.1f\n", s.name, static_cast<long long>(rows), us, gbs,
+                  100.0 * gbs / copy);
+    }
+    for (void* c : w) cudaFree(c);
+    cudaFree(x);
+    cudaFree(y);
+  }
+  return 0;
+}
