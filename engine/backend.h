@@ -55,12 +55,9 @@ class Backend {
   virtual void synchronize() = 0;
 
   virtual void embedding(const EmbeddingParams& p) = 0;
-  virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void linear(const LinearParams& p) = 0;
   virtual void qk_norm_rope(const QkNormRopeParams& p) = 0;
-  virtual void kv_append(const KvAppendParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
-  virtual void silu_mul(const SiluMulParams& p) = 0;
   virtual void argmax(const ArgmaxParams& p) = 0;
 
   // Graphs (CUDA graphs): the ops queued between capture_begin() and
@@ -90,7 +87,9 @@ std::unique_ptr<Backend> make_cpu_backend();
 int cuda_device_count();
 // The CUDA backend on GPU `local_rank % cuda_device_count()`, computing in
 // `dtype` (activations, KV cache and weights alike): bf16, f16 or float32.
-std::unique_ptr<Backend> make_cuda_backend(int device, DType dtype);
+// overlap_launches: kernels may start while the previous one finishes
+// (programmatic dependent launch; a process-wide setting).
+std::unique_ptr<Backend> make_cuda_backend(int device, DType dtype, bool overlap_launches = true);
 #endif
 
 }  // namespace lockstep

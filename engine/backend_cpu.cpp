@@ -45,12 +45,9 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   void embedding(const EmbeddingParams& p) override { cpu::embedding(p); }
-  void rms_norm(const RmsNormParams& p) override { cpu::rms_norm(p); }
   void linear(const LinearParams& p) override { cpu::linear(p); }
   void qk_norm_rope(const QkNormRopeParams& p) override { cpu::qk_norm_rope(p); }
-  void kv_append(const KvAppendParams& p) override { cpu::kv_append(p); }
   void attention(const AttentionParams& p) override { cpu::attention(p); }
-  void silu_mul(const SiluMulParams& p) override { cpu::silu_mul(p); }
   void argmax(const ArgmaxParams& p) override { cpu::argmax(p); }
 };
 

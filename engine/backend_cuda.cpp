@@ -64,17 +64,14 @@ class CudaBackend final : public Backend {
   void synchronize() override { LS_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
 
   void embedding(const EmbeddingParams& p) override { cuda::embedding(p, stream_); }
-  void rms_norm(const RmsNormParams& p) override { cuda::rms_norm(p, stream_); }
   void linear(const LinearParams& p) override { cuda::linear(p, *linear_, stream_); }
   void qk_norm_rope(const QkNormRopeParams& p) override { cuda::qk_norm_rope(p, stream_); }
-  void kv_append(const KvAppendParams& p) override { cuda::kv_append(p, stream_); }
   void attention(const AttentionParams& p) override {
     AttentionParams q = p;
     q.workspace = attention_workspace_.data();
     q.workspace_bytes = attention_workspace_.bytes();
     cuda::attention(q, num_sms_, stream_);
   }
-  void silu_mul(const SiluMulParams& p) override { cuda::silu_mul(p, stream_); }
   void argmax(const ArgmaxParams& p) override { cuda::argmax(p, stream_); }
 
   bool supports_graphs() const override { return true; }
@@ -112,11 +109,12 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, DType dtype) {
+std::unique_ptr<Backend> make_cuda_backend(int device, DType dtype, bool overlap_launches) {
   const int count = cuda_device_count();
   LS_REQUIRE(count > 0, ErrorKind::kCuda, "--backend cuda: no CUDA device is visible");
   LS_REQUIRE(device >= 0 && device < count, ErrorKind::kInvalidArgument, "device {} is not one of the {} visible GPUs",
              device, count);
+  cuda::set_overlapped_launches(overlap_launches);
   return std::make_unique<CudaBackend>(device, dtype);
 }
 

@@ -35,8 +35,8 @@ void EngineOptions::validate() const {
 }
 
 std::string EngineOptions::summary() const {
-  return fmt::format("model={} backend={} dtype={} eager={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
-                     model_dir.string(), backend, dtype, eager, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
+  return fmt::format("model={} backend={} dtype={} eager={} pdl={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
+                     model_dir.string(), backend, dtype, eager, !no_pdl, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
                      max_batch, max_step_tokens,
                      kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes));
 }
@@ -65,7 +65,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const TensorStore&
 #if LOCKSTEP_WITH_CUDA
   const int device = o.devices.empty() ? o.local_rank % std::max(1, cuda_device_count())
                                        : o.devices[static_cast<size_t>(o.local_rank) % o.devices.size()];
-  return make_cuda_backend(device, dtype);
+  return make_cuda_backend(device, dtype, !o.no_pdl);
 #else
   LS_FAIL(ErrorKind::kInvalidArgument, "unknown backend '{}' for {}", o.backend, dtype_name(dtype));
 #endif

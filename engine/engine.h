@@ -37,6 +37,7 @@ struct EngineOptions {
   int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
   int64_t kv_cache_bytes = 0;    // 0: a quarter of this machine's memory, shared by its ranks
   bool eager = false;            // no graphs: launch every op of every step
+  bool no_pdl = false;           // CUDA: no launch overlap (programmatic dependent launch)
   Diagnostics diag;
   void validate() const;
   std::string summary() const;

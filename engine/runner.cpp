@@ -44,14 +44,15 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
   argmax_ = alloc_elems(backend_, 2 * limits_.max_logit_rows, DType::kF32);
   argmax_gathered_ = alloc_elems(backend_, plan_.size * 2 * limits_.max_logit_rows, DType::kF32);
   const int64_t hidden = config_.hidden_size;
-  residual_ = alloc_elems(backend_, T * hidden, act_);
+  for (Buffer& r : residual_) r = alloc_elems(backend_, T * hidden, act_);
   normed_ = alloc_elems(backend_, T * hidden, act_);
   qkv_ = alloc_elems(backend_, T * (plan_.q_heads_local + 2 * plan_.kv_heads_local) * hd, act_);
   attn_ = alloc_elems(backend_, T * plan_.q_heads_local * hd, act_);
   partial_ = alloc_elems(backend_, T * hidden, act_);
   gate_up_ = alloc_elems(backend_, T * 2 * plan_.inter_local, act_);
   act_buf_ = alloc_elems(backend_, T * plan_.inter_local, act_);
-  lm_in_ = alloc_elems(backend_, limits_.max_logit_rows * hidden, act_);
+  lm_partial_ = alloc_elems(backend_, limits_.max_logit_rows * hidden, act_);
+  lm_residual_ = alloc_elems(backend_, limits_.max_logit_rows * hidden, act_);
   logits_ = alloc_elems(backend_, limits_.max_logit_rows * plan_.vocab_local, act_);
   logits_gathered_ = alloc_elems(backend_, plan_.size * limits_.max_logit_rows * plan_.vocab_local, act_);
 }
@@ -97,13 +98,15 @@ void Runner::set_batch(const BatchDesc& b) {
     tokens_per_sequence_ = std::max(tokens_per_sequence_, run);
   }
   logit_rows_ = static_cast<int64_t>(b.logit_rows.size());
+  all_rows_logits_ = logit_rows_ == n;
+  for (int64_t i = 0; i < logit_rows_ && all_rows_logits_; ++i) all_rows_logits_ = b.logit_rows[i] == i;
   if (diag_.shapes || diag_.attn) log_batch_diagnostics(b);
 }
 
 void Runner::embed() {
   backend_.embedding(EmbeddingParams{.ids = ids_,
                                      .table = weights_.embed.data(),
-                                     .out = residual_.data(),
+                                     .out = residual_[0].data(),
                                      .tokens = tokens_,
                                      .hidden = config_.hidden_size,
                                      .row_begin = plan_.vocab_begin,
@@ -111,14 +114,21 @@ void Runner::embed() {
                                      .dtype = act_});
 }
 
-void Runner::first_norm() {
-  backend_.rms_norm(RmsNormParams{.x = residual_.data(),
-                                  .weight = weights_.layers[0].input_norm.data(),
-                                  .out = normed_.data(),
-                                  .rows = tokens_,
-                                  .cols = config_.hidden_size,
-                                  .eps = static_cast<float>(config_.rms_norm_eps),
-                                  .dtype = act_});
+RmsNormParams Runner::input_norm(int64_t k, const Buffer& weight) const {
+  RmsNormParams p{.weight = weight.data(),
+                  .out = normed_.data(),
+                  .rows = tokens_,
+                  .cols = config_.hidden_size,
+                  .eps = static_cast<float>(config_.rms_norm_eps),
+                  .dtype = act_};
+  if (k == 0) {
+    p.x = residual_[0].data();
+  } else {
+    p.x = partial_.data();
+    p.residual = residual_[(k - 1) % 2].data();
+    p.residual_out = residual_[k % 2].data();
+  }
+  return p;
 }
 
 void Runner::pre_o_proj(int64_t layer) {
@@ -133,7 +143,10 @@ void Runner::pre_o_proj(int64_t layer) {
                                .in_features = config_.hidden_size,
                                .out_features = qkv_width,
                                .act_dtype = act_,
-                               .weight_dtype = backend_.weight_dtype()});
+                               .weight_dtype = backend_.weight_dtype(),
+                               .input_norm = input_norm(2 * layer, w.input_norm)});
+  const KvCacheShape cs = cache_shape();
+  const size_t l = static_cast<size_t>(layer);
   backend_.qk_norm_rope(QkNormRopeParams{.qkv = qkv_.data(),
                                          .positions = positions_,
                                          .inv_freq = inv_freq_.as<float>(),
@@ -144,18 +157,16 @@ void Runner::pre_o_proj(int64_t layer) {
                                          .num_kv_heads = plan_.kv_heads_local,
                                          .head_dim = hd,
                                          .eps = static_cast<float>(config_.rms_norm_eps),
-                                         .dtype = act_});
-  const KvCacheShape cs = cache_shape();
-  const size_t l = static_cast<size_t>(layer);
-  backend_.kv_append(KvAppendParams{.qkv = qkv_.data(),
-                                    .k_cache = k_cache_[l].data(),
-                                    .v_cache = v_cache_[l].data(),
-                                    .slots = slots_,
-                                    .positions = positions_,
-                                    .tokens = tokens_,
-                                    .num_heads = plan_.q_heads_local,
-                                    .cache = cs,
-                                    .dtype = act_});
+                                         .dtype = act_,
+                                         .kv_append = KvAppendParams{.qkv = qkv_.data(),
+                                                                     .k_cache = k_cache_[l].data(),
+                                                                     .v_cache = v_cache_[l].data(),
+                                                                     .slots = slots_,
+                                                                     .positions = positions_,
+                                                                     .tokens = tokens_,
+                                                                     .num_heads = plan_.q_heads_local,
+                                                                     .cache = cs,
+                                                                     .dtype = act_}});
   backend_.attention(AttentionParams{.qkv = qkv_.data(),
                                      .k_cache = k_cache_[l].data(),
                                      .v_cache = v_cache_[l].data(),
@@ -185,19 +196,6 @@ void Runner::o_proj(int64_t layer) {
                                .weight_dtype = backend_.weight_dtype()});
 }
 
-void Runner::post_attention_norm(int64_t layer) {
-  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  backend_.rms_norm(RmsNormParams{.x = partial_.data(),
-                                  .residual = residual_.data(),
-                                  .residual_out = residual_.data(),
-                                  .weight = w.post_attn_norm.data(),
-                                  .out = normed_.data(),
-                                  .rows = tokens_,
-                                  .cols = config_.hidden_size,
-                                  .eps = static_cast<float>(config_.rms_norm_eps),
-                                  .dtype = act_});
-}
-
 void Runner::mlp(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   backend_.linear(LinearParams{.x = normed_.data(),
@@ -207,12 +205,13 @@ void Runner::mlp(int64_t layer) {
                                .in_features = config_.hidden_size,
                                .out_features = 2 * plan_.inter_local,
                                .act_dtype = act_,
-                               .weight_dtype = backend_.weight_dtype()});
-  backend_.silu_mul(SiluMulParams{.gate_up = gate_up_.data(),
-                                  .out = act_buf_.data(),
-                                  .rows = tokens_,
-                                  .inter = plan_.inter_local,
-                                  .dtype = act_});
+                               .weight_dtype = backend_.weight_dtype(),
+                               .input_norm = input_norm(2 * layer + 1, w.post_attn_norm),
+                               .silu_mul = SiluMulParams{.gate_up = gate_up_.data(),
+                                                         .out = act_buf_.data(),
+                                                         .rows = tokens_,
+                                                         .inter = plan_.inter_local,
+                                                         .dtype = act_}});
   backend_.linear(LinearParams{.x = act_buf_.data(),
                                .weight = w.down.data(),
                                .y = partial_.data(),
@@ -223,40 +222,39 @@ void Runner::mlp(int64_t layer) {
                                .weight_dtype = backend_.weight_dtype()});
 }
 
-void Runner::post_mlp_norm(int64_t layer) {
-  const bool last = layer + 1 == config_.num_layers;
-  const Buffer& next_norm =
-      last ? weights_.final_norm : weights_.layers[static_cast<size_t>(layer + 1)].input_norm;
-  backend_.rms_norm(RmsNormParams{.x = partial_.data(),
-                                  .residual = residual_.data(),
-                                  .residual_out = residual_.data(),
-                                  .weight = next_norm.data(),
-                                  .out = normed_.data(),
-                                  .rows = tokens_,
-                                  .cols = config_.hidden_size,
-                                  .eps = static_cast<float>(config_.rms_norm_eps),
-                                  .dtype = act_});
-}
-
+// The final norm runs on the logit rows only. When they are not simply all
+// rows (a prompt wants the last one), they are gathered from partial and
+// the residual first; the sum still goes to residual_[0], which the step
+// no longer needs.
 void Runner::lm_head() {
   if (logit_rows_ == 0) return;
-  // Gather the rows that need logits (the embedding op is a row gather).
-  backend_.embedding(EmbeddingParams{.ids = logit_rows_buf_,
-                                     .table = normed_.data(),
-                                     .out = lm_in_.data(),
-                                     .tokens = logit_rows_,
-                                     .hidden = config_.hidden_size,
-                                     .row_begin = 0,
-                                     .rows_local = tokens_,
-                                     .dtype = act_});
-  backend_.linear(LinearParams{.x = lm_in_.data(),
+  RmsNormParams norm = input_norm(2 * config_.num_layers, weights_.final_norm);
+  if (!all_rows_logits_) {
+    auto gather = [&](const void* from, const Buffer& to) {
+      backend_.embedding(EmbeddingParams{.ids = logit_rows_buf_,
+                                         .table = from,
+                                         .out = to.data(),
+                                         .tokens = logit_rows_,
+                                         .hidden = config_.hidden_size,
+                                         .row_begin = 0,
+                                         .rows_local = tokens_,
+                                         .dtype = act_});
+    };
+    gather(norm.x, lm_partial_);
+    gather(norm.residual, lm_residual_);
+    norm.x = lm_partial_.data();
+    norm.residual = lm_residual_.data();
+    norm.rows = logit_rows_;
+  }
+  backend_.linear(LinearParams{.x = normed_.data(),
                                .weight = weights_.lm_head_weight().data(),
                                .y = logits_.data(),
                                .rows = logit_rows_,
                                .in_features = config_.hidden_size,
                                .out_features = plan_.vocab_local,
                                .act_dtype = act_,
-                               .weight_dtype = backend_.weight_dtype()});
+                               .weight_dtype = backend_.weight_dtype(),
+                               .input_norm = norm});
 }
 
 void Runner::argmax() {
@@ -270,7 +268,7 @@ void Runner::argmax() {
                                .dtype = act_});
 }
 
-Runner::Span Runner::embedding_partial() const { return {residual_.data(), tokens_ * config_.hidden_size}; }
+Runner::Span Runner::embedding_partial() const { return {residual_[0].data(), tokens_ * config_.hidden_size}; }
 Runner::Span Runner::layer_partial() const { return {partial_.data(), tokens_ * config_.hidden_size}; }
 Runner::Span Runner::logits_local() const { return {logits_.data(), logit_rows_ * plan_.vocab_local}; }
 

@@ -24,23 +24,24 @@ class Runner {
   // vocabulary, slots and positions in range) and copies it to the backend.
   void set_batch(const BatchDesc& batch);
 
-  // The sub-phases, in the order the group calls them.
-  void embed();                        // residual <- this rank's share of the embedding
-  void first_norm();                   // normed <- rms_norm(residual) · input_norm[0]
-  void pre_o_proj(int64_t layer);      // QKV (+bias), q/k norm, RoPE, KV append, attention
-  void o_proj(int64_t layer);          // partial <- attention · o_projᵀ (row-parallel)
-  void post_attention_norm(int64_t layer);  // residual += partial; normed <- norm
-  void mlp(int64_t layer);             // partial <- down(silu(gate) · up) (row-parallel)
-  void post_mlp_norm(int64_t layer);   // residual += partial; normed <- next layer's / final norm
-  void lm_head();                      // logits_local <- normed[logit rows] · lm_headᵀ
-  void argmax();                       // per logit row: best logit of this rank's share and its column
+  // The sub-phases, in the order the group calls them. Each RMSNorm is the
+  // input stage of the projection after it (kernels/linear.h), so it reads
+  // the previous sub-phase's all-reduced partial and the residual stream,
+  // and writes the new residual to the other of two buffers (a fused kernel
+  // reads the old residual in every block while one block writes the new).
+  void embed();                    // residual <- this rank's share of the embedding
+  void pre_o_proj(int64_t layer);  // input norm, QKV (+bias), q/k norm, RoPE + KV append, attention
+  void o_proj(int64_t layer);      // partial <- attention · o_projᵀ (row-parallel)
+  void mlp(int64_t layer);         // post-attention norm, down(silu(gate) · up) -> partial (row-parallel)
+  void lm_head();                  // final norm; logits_local <- normed[logit rows] · lm_headᵀ
+  void argmax();                   // per logit row: best logit of this rank's share and its column
 
   // The buffers the group's collectives work on (backend memory, act dtype).
   struct Span {
     void* data;
     int64_t count;
   };
-  Span embedding_partial() const;  // [tokens, hidden], summed over ranks
+  Span embedding_partial() const;  // [tokens, hidden], summed over ranks (the first residual)
   Span layer_partial() const;      // [tokens, hidden], summed over ranks
   Span logits_local() const;       // [logit rows, vocab_local]
   // Receives the all-gather of logits_local: [ranks][logit rows][vocab_local].
@@ -68,6 +69,11 @@ class Runner {
 
  private:
   KvCacheShape cache_shape() const;
+  // Norm k of the step (2·layer before attention, 2·layer + 1 before the
+  // MLP, 2·layers the final one): rms_norm(partial + residual) · weight into
+  // normed_, the sum into the other residual buffer; norm 0 normalizes the
+  // embedding alone.
+  RmsNormParams input_norm(int64_t k, const Buffer& weight) const;
   void log_batch_diagnostics(const BatchDesc& batch) const;
 
   ModelConfig config_;
@@ -89,7 +95,9 @@ class Runner {
   int32_t* positions_ = nullptr;
   int32_t* logit_rows_buf_ = nullptr;
   Buffer argmax_, argmax_gathered_;
-  Buffer residual_, normed_, qkv_, attn_, partial_, gate_up_, act_buf_, lm_in_, logits_, logits_gathered_;
+  Buffer residual_[2], normed_, qkv_, attn_, partial_, gate_up_, act_buf_, logits_, logits_gathered_;
+  Buffer lm_partial_, lm_residual_;  // the logit rows of partial and residual, when not all rows are
+  bool all_rows_logits_ = false;     // the logit rows are the batch's rows in order
   int64_t tokens_ = 0;
   int64_t tokens_per_sequence_ = 1;  // the longest run of consecutive tokens of one slot
   int64_t logit_rows_ = 0;

@@ -1,11 +1,23 @@
 // y = x · Wᵀ (+ bias), W stored [out_features, in_features] as in Hugging
 // Face checkpoints. Tensor parallelism shards W by rows (column-parallel) or
 // by columns (row-parallel); the op itself only sees the local shard.
+//
+// Two optional stages make one op of what a decoder layer does around its
+// projections, so that a backend can fuse them (the CUDA matrix-vector path
+// runs each as one kernel) or run them one after another (every other path,
+// the CPU reference included) with the same result:
+//   input_norm: x is the output of an RMSNorm (fused residual add included),
+//     computed first from its own params (input_norm->out must be x);
+//   silu_mul: the product's [rows, 2·inter] output (y, laid out [gate | up])
+//     goes through SiLU·mul into silu_mul->out.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "kernels/op_common.h"
+#include "kernels/rms_norm.h"
+#include "kernels/silu_mul.h"
 
 namespace lockstep {
 
@@ -20,6 +32,12 @@ struct LinearParams {
   int64_t x_stride = 0;  // elements between rows of x; 0 means in_features
   DType act_dtype = DType::kF32;     // of x, y, bias
   DType weight_dtype = DType::kF32;  // of weight
+  // Runs before the product; its `out` is x. Its residual_out must not alias
+  // its residual or x: a fused kernel reads the old residual in every block.
+  std::optional<RmsNormParams> input_norm;
+  // Runs after the product on y ([gate | up] rows); a fused kernel writes
+  // only silu_mul->out and leaves y unwritten.
+  std::optional<SiluMulParams> silu_mul;
   int64_t x_row_stride() const { return x_stride == 0 ? in_features : x_stride; }
   void validate() const {
     LS_OP_REQUIRE(x && weight && y, "linear", "null pointer");
@@ -27,6 +45,21 @@ struct LinearParams {
                   "bad sizes rows={} in={} out={}", rows, in_features, out_features);
     LS_OP_REQUIRE(x_row_stride() >= in_features, "linear", "x_stride {} < in_features {}",
                   x_stride, in_features);
+    if (input_norm) {
+      const RmsNormParams& n = *input_norm;
+      n.validate();
+      LS_OP_REQUIRE(n.out == x && n.rows == rows && n.cols == in_features && x_row_stride() == in_features &&
+                        n.dtype == act_dtype,
+                    "linear", "the input norm must write x ([rows, in_features], {})", dtype_name(act_dtype));
+      LS_OP_REQUIRE(!n.residual_out || (n.residual_out != n.residual && n.residual_out != n.x), "linear",
+                    "the input norm's residual_out aliases its input");
+    }
+    if (silu_mul) {
+      const SiluMulParams& s = *silu_mul;
+      s.validate();
+      LS_OP_REQUIRE(s.gate_up == y && s.rows == rows && 2 * s.inter == out_features && s.dtype == act_dtype,
+                    "linear", "the SiLU·mul stage must read y ([rows, 2·{}])", s.inter);
+    }
   }
 };
 

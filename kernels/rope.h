@@ -2,10 +2,14 @@
 // rotary position embedding, in place on the q and k parts of the fused QKV
 // rows [q (num_heads·head_dim) | k (num_kv_heads·head_dim) | v]. The rotation
 // pairs element i with i + head_dim/2 (the Hugging Face "rotate_half" layout).
+// With kv_append set, the rotated k and the v of each token then go to the KV
+// cache as that op describes (one kernel on the GPU, two ops on the CPU).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
+#include "kernels/attention.h"
 #include "kernels/op_common.h"
 
 namespace lockstep {
@@ -22,6 +26,7 @@ struct QkNormRopeParams {
   int64_t head_dim = 0;
   float eps = 0.0f;          // q/k norm epsilon (rms_norm_eps)
   DType dtype = DType::kF32;
+  std::optional<KvAppendParams> kv_append;  // reads the same qkv rows after the rotation
   int64_t row_stride() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
   void validate() const {
     LS_OP_REQUIRE(qkv && positions && inv_freq, "qk_norm_rope", "null pointer");
@@ -31,6 +36,13 @@ struct QkNormRopeParams {
                   "qk_norm_rope", "bad sizes heads={} kv_heads={} head_dim={}", num_heads,
                   num_kv_heads, head_dim);
     LS_OP_REQUIRE(q_norm_weight == nullptr || eps > 0.0f, "qk_norm_rope", "eps must be positive");
+    if (kv_append) {
+      const KvAppendParams& a = *kv_append;
+      a.validate();
+      LS_OP_REQUIRE(a.qkv == qkv && a.positions == positions && a.tokens == tokens && a.num_heads == num_heads &&
+                        a.cache.num_kv_heads == num_kv_heads && a.cache.head_dim == head_dim && a.dtype == dtype,
+                    "qk_norm_rope", "the KV append must read the same qkv rows");
+    }
   }
 };
 

@@ -185,7 +185,7 @@ int run_bench(BenchConfig& b) {
   Engine engine(b.engine, *world().comm);
   std::mt19937 rng(1234);
   nlohmann::json report{{"model", b.engine.model_dir.string()}, {"backend", b.engine.backend},
-                        {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager},
+                        {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager}, {"pdl", !b.engine.no_pdl},
                         {"ctx", b.ctx}, {"steps", b.steps}, {"copy_gb_per_s", copy_gbs},
                         {"load_seconds", engine.load_seconds()}};
   report["prefill"] = bench_prefill(engine, b, rng);
@@ -220,6 +220,7 @@ void add_bench_command(CLI::App& root, CommandTable& table) {
   cmd->add_option("--backend", b->engine.backend, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", b->engine.dtype, "compute dtype (see generate)")->capture_default_str();
   cmd->add_flag("--eager", b->engine.eager, "no CUDA graphs");
+  cmd->add_flag("--no-pdl", b->engine.no_pdl, "no programmatic dependent launch");
   cmd->add_option("--comm", b->engine.comm, "tensor-parallel transport (see generate)")->capture_default_str();
   cmd->add_option("--devices", b->engine.devices, "GPU of each local rank")->delimiter(',');
   cmd->add_option("--batch", b->batches, "comma-separated decode batch sizes")->capture_default_str();

@@ -48,6 +48,8 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
                   "float32, bfloat16, float16")
       ->capture_default_str();
   cmd->add_flag("--eager", c.engine.eager, "no CUDA graphs: launch every op of every decode step");
+  cmd->add_flag("--no-pdl", c.engine.no_pdl,
+                "CUDA: start each kernel only after the previous one ends (no programmatic dependent launch)");
   cmd->add_option("--max-batch", c.engine.max_batch, "sequences at once (sizes the KV cache and the graphs)")
       ->capture_default_str();
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,

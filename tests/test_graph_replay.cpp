@@ -35,12 +35,9 @@ class RecordingBackend final : public Backend {
   void synchronize() override {}
 
   void embedding(const EmbeddingParams& p) override { op([this, p] { cpu_->embedding(p); }); }
-  void rms_norm(const RmsNormParams& p) override { op([this, p] { cpu_->rms_norm(p); }); }
   void linear(const LinearParams& p) override { op([this, p] { cpu_->linear(p); }); }
   void qk_norm_rope(const QkNormRopeParams& p) override { op([this, p] { cpu_->qk_norm_rope(p); }); }
-  void kv_append(const KvAppendParams& p) override { op([this, p] { cpu_->kv_append(p); }); }
   void attention(const AttentionParams& p) override { op([this, p] { cpu_->attention(p); }); }
-  void silu_mul(const SiluMulParams& p) override { op([this, p] { cpu_->silu_mul(p); }); }
   void argmax(const ArgmaxParams& p) override { op([this, p] { cpu_->argmax(p); }); }
 
   bool supports_graphs() const override { return true; }

@@ -260,5 +260,50 @@ TEST(KvCache, OutOfRangePositionIsRefused) {
                Error);
 }
 
+// The linear op's stages: the params must describe one chain (the norm
+// writes x, SiLU·mul reads y) and a fused kernel must be able to read the
+// old residual while the new one is written.
+TEST(LinearStages, MiswiredStagesAreRefused) {
+  std::vector<float> x(8, 1.0f), res(8, 1.0f), res_out(8), nw(8, 1.0f), w(8 * 4, 0.5f), y(4), act(2), other(8);
+  LinearParams p{.x = x.data(), .weight = w.data(), .y = y.data(), .rows = 1, .in_features = 8, .out_features = 4};
+  p.input_norm = RmsNormParams{.x = other.data(), .residual = res.data(), .residual_out = res_out.data(),
+                               .weight = nw.data(), .out = x.data(), .rows = 1, .cols = 8, .eps = 1e-6f};
+  p.silu_mul = SiluMulParams{.gate_up = y.data(), .out = act.data(), .rows = 1, .inter = 2};
+  EXPECT_NO_THROW(cpu::linear(p));
+  LinearParams aliased = p;
+  aliased.input_norm->residual_out = res.data();
+  EXPECT_THROW(cpu::linear(aliased), Error);
+  LinearParams not_x = p;
+  not_x.input_norm->out = other.data();
+  EXPECT_THROW(cpu::linear(not_x), Error);
+  LinearParams wrong_width = p;
+  wrong_width.silu_mul->inter = 3;
+  EXPECT_THROW(cpu::linear(wrong_width), Error);
+}
+
+// Stages on the CPU are the ops themselves, in order.
+TEST(LinearStages, SameAsTheOpsInSequence) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  auto fill = [&](size_t n) { std::vector<float> v(n); for (float& e : v) e = d(rng); return v; };
+  const int64_t rows = 3, in = 10, inter = 6;
+  std::vector<float> x = fill(rows * in), res = fill(rows * in), nw = fill(in), w = fill(2 * inter * in);
+  std::vector<float> res_out(x.size()), normed(x.size()), y(rows * 2 * inter), act(rows * inter);
+  const RmsNormParams norm{.x = x.data(), .residual = res.data(), .residual_out = res_out.data(), .weight = nw.data(),
+                           .out = normed.data(), .rows = rows, .cols = in, .eps = 1e-5f};
+  const SiluMulParams silu{.gate_up = y.data(), .out = act.data(), .rows = rows, .inter = inter};
+  cpu::linear(LinearParams{.x = normed.data(), .weight = w.data(), .y = y.data(), .rows = rows, .in_features = in,
+                           .out_features = 2 * inter, .input_norm = norm, .silu_mul = silu});
+  std::vector<float> want_res(x.size()), want_normed(x.size()), want_y(y.size()), want_act(act.size());
+  RmsNormParams n2 = norm;
+  n2.residual_out = want_res.data(), n2.out = want_normed.data();
+  cpu::rms_norm(n2);
+  cpu::linear(LinearParams{.x = want_normed.data(), .weight = w.data(), .y = want_y.data(), .rows = rows,
+                           .in_features = in, .out_features = 2 * inter});
+  cpu::silu_mul(SiluMulParams{.gate_up = want_y.data(), .out = want_act.data(), .rows = rows, .inter = inter});
+  EXPECT_EQ(res_out, want_res);
+  EXPECT_EQ(act, want_act);
+}
+
 }  // namespace
 }  // namespace lockstep

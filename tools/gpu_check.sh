@@ -8,7 +8,8 @@
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
 # all): tests sanitize e2e bench_small tp; on request racecheck_ours, linear
 # (benchmarks/linear_bench: the weight stream per layer shape), bench_8b
-# (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep. The build always runs.
+# (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl (after
+# one of the two). The build always runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep_out}
 mkdir -p "$OUT"
@@ -16,7 +17,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear bench_8b bench_8b_lockstep
+STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear bench_8b bench_8b_lockstep bench_8b_nopdl
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -139,6 +140,14 @@ fi
 if want bench_8b_lockstep; then
   STEPS=64 bash "$SRC/benchmarks/run_bench.sh" "$L" "$OUT" --no-peer
   note "bench 8b (lockstep only) rc=$? after ${SECONDS}s"
+fi
+
+# The same model at batch 1 and 32 without launch overlap (--no-pdl), to
+# tell its share of the step time.
+if want bench_8b_nopdl; then
+  "$L" bench --model /tmp/llama3_8b_random --batch 1,32 --ctx 1024 --steps 64 --no-pdl \
+    > "$OUT/bench_8b_nopdl.txt" 2> "$OUT/bench_8b_nopdl.log"
+  note "bench 8b --no-pdl rc=$? $(grep -E '^(1|32) ' "$OUT/bench_8b_nopdl.txt" | tr '\n' ' ')"
 fi
 
 if want bench_8b; then

@@ -110,7 +110,6 @@ void TpGroup::step(const BatchDesc& batch) {
 void TpGroup::run_step() {
   runner_.embed();
   all_reduce(runner_.embedding_partial());
-  runner_.first_norm();
   const bool timing = runner_.diagnostics().timing || runner_.diagnostics().numerics;
   for (int64_t layer = 0; layer < runner_.config().num_layers; ++layer) {
     auto start = std::chrono::steady_clock::now();
@@ -118,10 +117,8 @@ void TpGroup::run_step() {
     runner_.pre_o_proj(layer);
     runner_.o_proj(layer);
     all_reduce(runner_.layer_partial());
-    runner_.post_attention_norm(layer);
     runner_.mlp(layer);
     all_reduce(runner_.layer_partial());
-    runner_.post_mlp_norm(layer);
     runner_.backend().range_pop();
     if (timing) {
       runner_.backend().synchronize();

@@ -1,13 +1,17 @@
 #include "kernels/linear.h"
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/rms_norm.h"
+#include "kernels/silu_mul.h"
 
 namespace lockstep::cpu {
 
 // Loops over output features outermost so each weight row is read from memory
-// once and reused from cache for every input row.
+// once and reused from cache for every input row. The optional stages run as
+// their own ops, before and after.
 void linear(const LinearParams& p) {
   p.validate();
+  if (p.input_norm) rms_norm(*p.input_norm);
   require_f32(p.act_dtype, "linear");
   require_f32(p.weight_dtype, "linear");
   const auto* x = static_cast<const float*>(p.x);
@@ -20,6 +24,7 @@ void linear(const LinearParams& p) {
     float b = bias != nullptr ? bias[o] : 0.0f;
     for (int64_t r = 0; r < p.rows; ++r) y[r * p.out_features + o] = dot(x + r * xs, wr, p.in_features) + b;
   }
+  if (p.silu_mul) silu_mul(*p.silu_mul);
 }
 
 }  // namespace lockstep::cpu

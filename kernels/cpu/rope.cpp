@@ -45,6 +45,7 @@ void qk_norm_rope(const QkNormRopeParams& p) {
       rotate(v, p.inv_freq, p.head_dim, p.positions[t]);
     }
   }
+  if (p.kv_append) kv_append(*p.kv_append);
 }
 
 }  // namespace lockstep::cpu

@@ -29,6 +29,7 @@ template <typename T>
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const T* logits, float* values, int32_t* columns,
                                                                 int64_t cols, int64_t valid_cols) {
   __shared__ Best warp_best[kArgmaxThreads / 32];
+  start_after_producers();
   const T* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
   Best best{0.0f, -1};
   for (int64_t c = threadIdx.x; c < valid_cols; c += blockDim.x) {

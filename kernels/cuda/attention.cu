@@ -118,6 +118,7 @@ template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
   constexpr int E = HD >= 32 ? HD / 32 : 1;  // output dims per lane (lanes >= HD idle when HD < 32)
   __shared__ AttnShared<T, HD> s;
+  start_after_producers();
   const int64_t t = blockIdx.x;
   const int64_t kvh = blockIdx.y / a.head_chunks;
   const int chunk = static_cast<int>(blockIdx.y % a.head_chunks);
@@ -196,6 +197,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
 template <typename T, int HD>
 __global__ void __launch_bounds__(HD) attention_combine_kernel(const float* ws_acc, const float* ws_ml, T* out,
                                                                 int splits) {
+  start_after_producers();
   const int64_t head = static_cast<int64_t>(blockIdx.x);
   const float* ml = ws_ml + head * splits * 2;
   float m = -INFINITY;
@@ -471,6 +473,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
   constexpr int kWarpKeys = kTcKeys / kKeyWarps;
   __shared__ __align__(16) unsigned char smem[sizeof(TcTile<T, HD>)];
   auto& tile_buf = *reinterpret_cast<TcTile<T, HD>*>(smem);
+  start_after_producers();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t kvh = blockIdx.y;
   const int64_t rows_total = a.tokens * a.group;

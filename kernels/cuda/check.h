@@ -1,5 +1,12 @@
 // The CHECK family for CUDA and cuBLAS calls, and the one kernel-launch
 // helper: every launch goes through LS_LAUNCH, which checks the last error.
+//
+// Launches overlap (programmatic dependent launch, sm_90): a kernel may be
+// scheduled while the one before it in the stream still runs, which hides
+// the launch gap between the small kernels of a decode step. The contract
+// for every kernel launched through LS_LAUNCH: call wait_for_producers()
+// (device_math.cuh) before reading or writing anything another kernel
+// touches; before it, only index math and L2 prefetches of weights.
 // A failure throws a lockstep::Error naming the statement (or kernel), the
 // error string, the rank, the device and file:line.
 #pragma once
@@ -25,6 +32,15 @@
                                       cublasGetStatusString(ls_cublas_status_), __FILE__, __LINE__); \
   } while (0)
 
+namespace lockstep::cuda {
+
+// Whether launches may overlap (on by default; set once at start-up, e.g.
+// off to rule the overlap out while debugging).
+void set_overlapped_launches(bool on);
+bool overlapped_launches();
+
+}  // namespace lockstep::cuda
+
 #ifdef __CUDACC__
 namespace lockstep::cuda {
 
@@ -34,8 +50,18 @@ template <typename... KernelArgs, typename... Args>
 void launch_checked(const char* file, int line, const char* name, void (*kernel)(KernelArgs...), dim3 grid,
                     dim3 block, size_t smem, cudaStream_t stream, Args... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-  kernel<<<grid, block, smem, stream>>>(static_cast<KernelArgs>(args)...);
-  cudaError_t status = cudaGetLastError();
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = overlapped_launches() ? 1 : 0;
+  cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+  if (status == cudaSuccess) status = cudaGetLastError();
   if (status != cudaSuccess) throw_check_failure(ErrorKind::kCuda, name, cudaGetErrorString(status), file, line);
 }
 

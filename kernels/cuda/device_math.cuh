@@ -36,6 +36,9 @@ struct alignas(sizeof(T) * N) Vec {
 template <typename T>
 inline constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
 
+// silu(gate) · up, the one expression every kernel that applies it uses.
+__device__ __forceinline__ float silu_mul_value(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -65,6 +68,35 @@ __device__ __forceinline__ float block_sum(float v) {
   }
   __syncthreads();
   return total;
+}
+
+// Programmatic dependent launch (see check.h). wait_for_producers() returns
+// once every earlier kernel in the stream has finished and its writes are
+// visible; allow_consumers_launch() lets the next kernel be scheduled (called
+// after the wait, so that at most two kernels are in flight). Both are no-ops
+// for a launch without the overlap.
+__device__ __forceinline__ void wait_for_producers() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_consumers_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Both, for kernels with nothing to do before the wait.
+__device__ __forceinline__ void start_after_producers() {
+  wait_for_producers();
+  allow_consumers_launch();
+}
+
+// Asks L2 to fetch the line holding p (does not wait, cannot fault on a
+// valid address).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

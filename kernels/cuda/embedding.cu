@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace lockstep::cuda {
@@ -13,6 +14,7 @@ namespace {
 template <typename U>
 __global__ void embedding_kernel(const int32_t* ids, const U* table, U* out, int64_t row_units, int64_t row_begin,
                                  int64_t rows_local) {
+  start_after_producers();
   const int64_t t = blockIdx.x;
   const int64_t row = static_cast<int64_t>(ids[t]) - row_begin;
   U* dst = out + t * row_units;

@@ -1,6 +1,7 @@
-// Linear layers on the GPU through cuBLASLt: y = x·Wᵀ (+ bias) with x, W and y
+// Linear layers on the GPU: y = x·Wᵀ (+ bias) with x, W and y
 // in one 16-bit type (bf16 or f16; float32 for --dtype float32) and float32
-// accumulation. cuBLASLt needs a handle, a workspace and a plan per shape:
+// accumulation, and the op's optional input norm and SiLU·mul stages
+// (kernels/linear.h). cuBLASLt needs a handle, a workspace and a plan per shape:
 // LinearContext holds them (one per backend); linear() is the launcher.
 #pragma once
 
@@ -33,11 +34,13 @@ class LinearContext {
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
+  int num_sms() const { return num_sms_; }
 
  private:
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  int num_sms_ = 0;
   std::map<Key, Plan> plans_;
 };
 

@@ -20,7 +20,6 @@ namespace lockstep::cuda {
 void embedding(const EmbeddingParams& p, cudaStream_t stream);
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream);
-void kv_append(const KvAppendParams& p, cudaStream_t stream);
 void silu_mul(const SiluMulParams& p, cudaStream_t stream);
 void argmax(const ArgmaxParams& p, cudaStream_t stream);
 

@@ -17,6 +17,7 @@ namespace {
 template <typename T, int N>
 __global__ void rms_norm_kernel(const T* x, const T* residual, T* residual_out, const T* weight, T* out, int64_t cols,
                                 float eps) {
+  start_after_producers();
   using V = Vec<T, N>;
   const int64_t offset = static_cast<int64_t>(blockIdx.x) * cols;
   const T* src = x + offset;

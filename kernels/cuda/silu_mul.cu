@@ -11,6 +11,7 @@ namespace {
 // Each thread handles N consecutive elements of one row (inter % N == 0).
 template <typename T, int N>
 __global__ void silu_mul_kernel(const T* gate_up, T* out, int64_t rows, int64_t inter) {
+  start_after_producers();
   using V = Vec<T, N>;
   const int64_t per_row = inter / N;
   const int64_t total = rows * per_row;
@@ -23,8 +24,7 @@ __global__ void silu_mul_kernel(const T* gate_up, T* out, int64_t rows, int64_t 
     u.load(gate_up + r * 2 * inter + inter + c);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      const float gv = g.get(k);
-      o.set(k, gv / (1.0f + expf(-gv)) * u.get(k));
+      o.set(k, silu_mul_value(g.get(k), u.get(k)));
     }
     o.store(out + r * inter + c);
   }

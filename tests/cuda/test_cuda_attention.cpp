@@ -77,7 +77,15 @@ class CudaAttentionTest : public CudaOpTest {
                       .cache = cache, .scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim)), .dtype = dt,
                       .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_),
                       .tokens_per_sequence_hint = ac.hint > 0 ? ac.hint : longest};
-    cuda::kv_append(ap, stream_);
+    // The KV append runs fused into qk_norm_rope; a zero frequency makes the
+    // rotation exact identity, so the cache must hold exact copies.
+    const std::vector<float> zero_freq(static_cast<size_t>(ac.head_dim / 2), 0.0f);
+    DeviceArray d_freq(zero_freq, DType::kF32);
+    cuda::qk_norm_rope(QkNormRopeParams{.qkv = d_qkv.get(), .positions = d_pos.ints(),
+                                        .inv_freq = static_cast<const float*>(d_freq.get()), .tokens = ac.tokens,
+                                        .num_heads = ac.heads, .num_kv_heads = ac.kv_heads, .head_dim = ac.head_dim,
+                                        .dtype = dt, .kv_append = ap},
+                       stream_);
     cuda::attention(p, num_sms_, stream_);
     sync();
     std::vector<float> want(static_cast<size_t>(ac.tokens * ac.heads * ac.head_dim));
