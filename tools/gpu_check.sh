@@ -8,8 +8,8 @@
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
 # all): tests sanitize e2e bench_small tp; on request racecheck_ours, linear
 # (benchmarks/linear_bench: the weight stream per layer shape), bench_8b
-# (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl (after
-# one of the two). The build always runs.
+# (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl and
+# profile_8b (after one of the two). The build always runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep_out}
 mkdir -p "$OUT"
@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear bench_8b bench_8b_lockstep bench_8b_nopdl
+STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear bench_8b bench_8b_lockstep bench_8b_nopdl profile_8b
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -148,6 +148,17 @@ if want bench_8b_nopdl; then
   "$L" bench --model /tmp/llama3_8b_random --batch 1,32 --ctx 1024 --steps 64 --no-pdl \
     > "$OUT/bench_8b_nopdl.txt" 2> "$OUT/bench_8b_nopdl.log"
   note "bench 8b --no-pdl rc=$? $(grep -E '^(1|32) ' "$OUT/bench_8b_nopdl.txt" | tr '\n' ' ')"
+fi
+
+# profile_8b: every kernel's duration (ncu) in one eager decode step of
+# llama3-8b at batch 1, summed by kernel (after bench_8b_lockstep, which makes
+# the model).
+if want profile_8b; then
+  timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    "$L" bench --model /tmp/llama3_8b_random --batch 1 --ctx 1024 --steps 2 --prefill 64 --eager \
+    > "$OUT/profile_8b.csv" 2> "$OUT/profile_8b.log"
+  note "profile 8b rc=$?"
+  python3 "$SRC/tools/kernel_times.py" "$OUT/profile_8b.csv" | tee "$OUT/profile_8b.txt"
 fi
 
 if want bench_8b; then

@@ -93,12 +93,6 @@ __device__ __forceinline__ void start_after_producers() {
   allow_consumers_launch();
 }
 
-// Asks L2 to fetch the line holding p (does not wait, cannot fault on a
-// valid address).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace lockstep::cuda

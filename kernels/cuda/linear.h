@@ -34,13 +34,11 @@ class LinearContext {
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
-  int num_sms() const { return num_sms_; }
 
  private:
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  int num_sms_ = 0;
   std::map<Key, Plan> plans_;
 };
 

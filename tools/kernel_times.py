@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Sums ncu's per-kernel durations over the last decode step of a profile.
+
+    tools/kernel_times.py PROFILE.csv
+
+PROFILE.csv: `ncu --metrics gpu__time_duration.sum --csv --print-units base`
+over a `lockstep bench --eager` run. A decode step starts with the embedding
+kernel; the last step whose kernels include the GEMV (batch 1 and 2) is the
+one summed. Prints each kernel's launches and total microseconds, largest
+first, and the step's total.
+"""
+import csv
+import re
+import sys
+from collections import defaultdict
+
+
+def launches(path):
+    with open(path, newline="") as f:
+        lines = [line for line in f if line.startswith('"')]
+    for row in csv.DictReader(lines):
+        if row.get("Metric Name") == "gpu__time_duration.sum":
+            yield row["Kernel Name"], float(row["Metric Value"].replace(",", "")) / 1e3
+
+
+def short(name):
+    name = name.replace("(anonymous namespace)::", "").replace("lockstep::cuda::", "")
+    name = re.sub(r"\(.*$", "", name)  # drop the argument list
+    name = re.sub(r"^void ", "", name)
+    return name[:70]
+
+
+def main():
+    kernels = list(launches(sys.argv[1]))
+    starts = [i for i, (name, _) in enumerate(kernels) if "embedding" in name]
+    steps = [kernels[a:b] for a, b in zip(starts, starts[1:] + [len(kernels)])]
+    decode = [s for s in steps if any("gemv" in name for name, _ in s)]
+    if not decode:
+        sys.exit(f"no decode step with a GEMV among {len(steps)} steps of {len(kernels)} kernels")
+    step = decode[-1]
+    totals = defaultdict(lambda: [0, 0.0])
+    for name, us in step:
+        totals[short(name)][0] += 1
+        totals[short(name)][1] += us
+    print(f"{'kernel':70} {'launches':>8} {'total us':>10} {'us each':>9}")
+    for name, (count, us) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        print(f"{name:70} {count:8d} {us:10.1f} {us / count:9.2f}")
+    print(f"{'step (sum of kernel durations)':70} {len(step):8d} {sum(us for _, us in step):10.1f}")
+
+
+if __name__ == "__main__":
+    main()
