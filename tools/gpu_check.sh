@@ -21,7 +21,9 @@ STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear be
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
-note() { SUMMARY+=("$1"); echo "== $1"; }
+# The summary also goes to summary.txt as it grows, so that a run cut off by
+# a time limit still reports its finished stages.
+note() { SUMMARY+=("$1"); echo "== $1"; echo "$1" >> "$OUT/summary.txt"; }
 
 dpkg -l | grep -E "spdlog|gtest|googletest|cli11|pcre2|utf8proc|nlohmann|openmpi" | awk '{print $2, $3}' > "$OUT/dpkg.txt"
 nvidia-smi -L | tee "$OUT/gpu.txt"
@@ -154,7 +156,7 @@ fi
 # llama3-8b at batch 1, summed by kernel (after bench_8b_lockstep, which makes
 # the model).
 if want profile_8b; then
-  timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+  timeout ${PROFILE_TIMEOUT_S:-150} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
     "$L" bench --model /tmp/llama3_8b_random --batch 1 --ctx 1024 --steps 2 --prefill 64 --eager \
     > "$OUT/profile_8b.csv" 2> "$OUT/profile_8b.log"
   note "profile 8b rc=$?"
@@ -166,7 +168,7 @@ if want bench_8b; then
   note "bench 8b rc=$? after ${SECONDS}s"
 fi
 # The device tool returns few files: everything but the summary goes in one archive.
-tar czf /tmp/lockstep_logs.tgz -C "$OUT" --exclude='*.npy' . && find "$OUT" -type f -delete &&
-  mv /tmp/lockstep_logs.tgz "$OUT/logs.tgz"
+tar czf /tmp/lockstep_logs.tgz -C "$OUT" --exclude='*.npy' --exclude=summary.txt . &&
+  find "$OUT" -type f ! -name summary.txt -delete && mv /tmp/lockstep_logs.tgz "$OUT/logs.tgz"
 echo "---- summary"
 printf '%s\n' "${SUMMARY[@]}"
