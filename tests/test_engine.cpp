@@ -91,7 +91,8 @@ TEST_F(EngineTest, SampledTokensDoNotDependOnKeptLogits) {
   for (int s = 0; s < 4; ++s) requests.push_back({.prompt = prompt(3 + 4 * s, s), .max_new_tokens = 6 + s});
   requests[0].sampling = SamplingParams{.temperature = 1.0, .seed = 1};
   requests[1].sampling = SamplingParams{.temperature = 0.8, .top_k = 20, .seed = 2};
-  requests[2].sampling = SamplingParams{.temperature = 1.3, .top_k = 50, .top_p = 0.7, .seed = 3};  // 3: greedy
+  requests[2].sampling = SamplingParams{.temperature = 1.3, .top_k = 50, .top_p = 0.7, .seed = 3};
+  // requests[3] stays greedy: a greedy row in a sampled step.
   auto a = engine(4, 256), b = engine(4, 16);  // b: chunked prefill too
   const std::vector<GenerationOutput> kept = Generator(a->group()).generate(requests, true);
   const std::vector<GenerationOutput> not_kept = Generator(b->group()).generate(requests, false);
