@@ -17,6 +17,7 @@
 #include "kernels/linear.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
 
 namespace lockstep {
@@ -59,6 +60,7 @@ class Backend {
   virtual void qk_norm_rope(const QkNormRopeParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void argmax(const ArgmaxParams& p) = 0;
+  virtual void sample(const SampleParams& p) = 0;
 
   // Graphs (CUDA graphs): the ops queued between capture_begin() and
   // capture_end(id) are recorded, not run, as graph `id` (replacing an older

@@ -49,6 +49,7 @@ class CpuBackend final : public Backend {
   void qk_norm_rope(const QkNormRopeParams& p) override { cpu::qk_norm_rope(p); }
   void attention(const AttentionParams& p) override { cpu::attention(p); }
   void argmax(const ArgmaxParams& p) override { cpu::argmax(p); }
+  void sample(const SampleParams& p) override { cpu::sample(p); }
 };
 
 }  // namespace

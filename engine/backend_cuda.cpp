@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
     cuda::attention(q, num_sms_, stream_);
   }
   void argmax(const ArgmaxParams& p) override { cuda::argmax(p, stream_); }
+  void sample(const SampleParams& p) override { cuda::sample(p, stream_); }
 
   bool supports_graphs() const override { return true; }
   void capture_begin() override {

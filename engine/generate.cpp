@@ -38,8 +38,10 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
   std::vector<Sampler> samplers;
   for (size_t i = 0; i < requests.size(); ++i) samplers.emplace_back(requests[i].sampling, i);
 
-  // Greedy requests without logits to keep take the ids chosen where the
-  // logits are (on the GPU), so no logits cross to the host.
+  // Without logits to keep, the ids are chosen where the logits are (on the
+  // GPU), so no logits cross to the host: by argmax when every request is
+  // greedy, else by the sample op. Kept logits come to the host, where the
+  // CPU twin of the sample op chooses the same ids.
   const bool greedy = !keep_logits && std::all_of(requests.begin(), requests.end(), [](const GenerationRequest& r) {
     return r.sampling.temperature == 0.0;
   });
@@ -52,9 +54,11 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
     if (std::find(stops.begin(), stops.end(), token) != stops.end()) out[seq].stopped = true;
   };
   // Runs the step and chooses the next token of each of its logit rows.
-  auto run = [&](const BatchDesc& batch, const std::vector<size_t>& row_seq) {
-    if (greedy) {
-      const std::vector<int32_t>& ids = group_.forward_greedy(batch);
+  auto run = [&](BatchDesc& batch, const std::vector<size_t>& row_seq) {
+    if (!keep_logits) {
+      if (!greedy)
+        for (size_t seq : row_seq) batch.sample_rows.push_back(samplers[seq].next());
+      const std::vector<int32_t>& ids = greedy ? group_.forward_greedy(batch) : group_.forward_sample(batch);
       for (size_t i = 0; i < row_seq.size(); ++i) append(row_seq[i], ids[i], nullptr);
       return;
     }

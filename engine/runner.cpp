@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -36,12 +37,18 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
     k_cache_.push_back(alloc_elems(backend_, cs.num_slots * cs.slot_stride(), act_));
     v_cache_.push_back(alloc_elems(backend_, cs.num_slots * cs.slot_stride(), act_));
   }
-  batch_arrays_ = alloc_elems(backend_, 3 * T + limits_.max_logit_rows, DType::kF32);  // 4-byte elements
+  static_assert(sizeof(SampleRow) % 8 == 0 && alignof(SampleRow) == 8);
+  constexpr int64_t kSampleRowElems = sizeof(SampleRow) / 4;
+  sample_rows_offset_ = (3 * T + limits_.max_logit_rows + 1) / 2 * 2;
+  batch_arrays_ = alloc_elems(backend_, sample_rows_offset_ + kSampleRowElems * limits_.max_logit_rows,
+                              DType::kF32);  // 4-byte elements
   ids_ = batch_arrays_.as<int32_t>();
   slots_ = ids_ + T;
   positions_ = slots_ + T;
   logit_rows_buf_ = positions_ + T;
+  sample_rows_ = reinterpret_cast<SampleRow*>(ids_ + sample_rows_offset_);
   argmax_ = alloc_elems(backend_, 2 * limits_.max_logit_rows, DType::kF32);
+  sampled_ = alloc_elems(backend_, limits_.max_logit_rows, DType::kF32);  // int32 ids
   argmax_gathered_ = alloc_elems(backend_, plan_.size * 2 * limits_.max_logit_rows, DType::kF32);
   const int64_t hidden = config_.hidden_size;
   for (Buffer& r : residual_) r = alloc_elems(backend_, T * hidden, act_);
@@ -83,13 +90,20 @@ void Runner::set_batch(const BatchDesc& b) {
   }
   for (int32_t r : b.logit_rows)
     LS_REQUIRE(r >= 0 && r < n, ErrorKind::kInternal, "logit row {} outside the batch", r);
+  LS_REQUIRE(b.sample_rows.empty() || b.sample_rows.size() == b.logit_rows.size(), ErrorKind::kInternal,
+             "{} sampling settings for {} logit rows", b.sample_rows.size(), b.logit_rows.size());
+  for (const SampleRow& s : b.sample_rows) s.validate();
   const int64_t T = limits_.max_step_tokens;
   const auto rows = static_cast<int64_t>(b.logit_rows.size());
-  batch_host_.resize(static_cast<size_t>(3 * T + rows));
+  batch_samples_ = !b.sample_rows.empty();
+  const int64_t sample_bytes = batch_samples_ ? rows * static_cast<int64_t>(sizeof(SampleRow)) : 0;
+  batch_host_.resize(static_cast<size_t>(batch_samples_ ? sample_rows_offset_ + sample_bytes / 4 : 3 * T + rows));
   std::copy(b.tokens.begin(), b.tokens.end(), batch_host_.begin());
   std::copy(b.slots.begin(), b.slots.end(), batch_host_.begin() + T);
   std::copy(b.positions.begin(), b.positions.end(), batch_host_.begin() + 2 * T);
   std::copy(b.logit_rows.begin(), b.logit_rows.end(), batch_host_.begin() + 3 * T);
+  if (batch_samples_)
+    std::memcpy(batch_host_.data() + sample_rows_offset_, b.sample_rows.data(), static_cast<size_t>(sample_bytes));
   backend_.to_backend(ids_, batch_host_.data(), static_cast<int64_t>(batch_host_.size()) * 4);
   tokens_ = n;
   tokens_per_sequence_ = 1;
@@ -265,6 +279,19 @@ void Runner::argmax() {
                                .rows = logit_rows_,
                                .cols = plan_.vocab_local,
                                .valid_cols = std::max<int64_t>(1, plan_.vocab_real_local()),
+                               .dtype = act_});
+}
+
+void Runner::sample(const void* gathered_logits) {
+  if (logit_rows_ == 0) return;
+  LS_REQUIRE(batch_samples_, ErrorKind::kInternal, "sample: the batch has no sampling settings");
+  backend_.sample(SampleParams{.logits = gathered_logits,
+                               .settings = sample_rows_,
+                               .ids = sampled_.as<int32_t>(),
+                               .rows = logit_rows_,
+                               .cols = plan_.vocab_local,
+                               .shards = plan_.size,
+                               .valid_cols = config_.vocab_size,
                                .dtype = act_});
 }
 

@@ -35,6 +35,10 @@ class Runner {
   void mlp(int64_t layer);         // post-attention norm, down(silu(gate) · up) -> partial (row-parallel)
   void lm_head();                  // final norm; logits_local <- normed[logit rows] · lm_headᵀ
   void argmax();                   // per logit row: best logit of this rank's share and its column
+  // Per logit row, the token chosen by the batch's sample_rows from the
+  // full-vocabulary logits [ranks][logit rows][vocab_local] (the all-gather
+  // of logits_local, or logits_local itself with one rank) into sampled_ids().
+  void sample(const void* gathered_logits);
 
   // The buffers the group's collectives work on (backend memory, act dtype).
   struct Span {
@@ -51,6 +55,8 @@ class Runner {
   Span argmax_result() const { return {argmax_.data(), 2 * logit_rows_}; }
   // Receives the all-gather of argmax_result: [ranks][2 · logit rows].
   void* argmax_gathered() const { return argmax_gathered_.data(); }
+  // sample()'s results, [logit rows] int32 token ids.
+  const int32_t* sampled_ids() const { return sampled_.as<int32_t>(); }
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
@@ -86,15 +92,20 @@ class Runner {
   std::vector<float> inv_freq_host_;
   Buffer inv_freq_;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer
-  // The batch arrays, one int32 buffer filled by one copy per step:
-  // [ids | slots | positions] (max_step_tokens each) then the logit rows.
+  // The batch arrays, one buffer of 4-byte elements filled by one copy per
+  // step: [ids | slots | positions] (max_step_tokens each), the logit rows
+  // (max_logit_rows), then from sample_rows_offset_ (8-byte aligned) the
+  // logit rows' sampling settings when the batch has them.
   Buffer batch_arrays_;
   std::vector<int32_t> batch_host_;
   int32_t* ids_ = nullptr;
   int32_t* slots_ = nullptr;
   int32_t* positions_ = nullptr;
   int32_t* logit_rows_buf_ = nullptr;
-  Buffer argmax_, argmax_gathered_;
+  int64_t sample_rows_offset_ = 0;
+  SampleRow* sample_rows_ = nullptr;
+  bool batch_samples_ = false;  // the batch came with sample_rows
+  Buffer argmax_, argmax_gathered_, sampled_;
   Buffer residual_[2], normed_, qkv_, attn_, partial_, gate_up_, act_buf_, logits_, logits_gathered_;
   Buffer lm_partial_, lm_residual_;  // the logit rows of partial and residual, when not all rows are
   bool all_rows_logits_ = false;     // the logit rows are the batch's rows in order

@@ -1,12 +1,14 @@
-// Token selection from full-vocabulary logits: greedy at temperature 0, else
-// temperature, top-k and top-p (nucleus) sampling with a seeded generator.
-// Every rank sees the same gathered logits and the same seed, so every rank
-// picks the same token without another collective.
+// Token selection settings per request, and the host side of sampling: the
+// random bits of every step come from (seed, sequence, step) alone, so a
+// sequence's tokens do not depend on where they are chosen (the CPU twin on
+// host logits or the backend's sample op, kernels/sampling.h), on batching
+// or on the TP degree.
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <vector>
+
+#include "kernels/sampling.h"
 
 namespace lockstep {
 
@@ -19,18 +21,24 @@ struct SamplingParams {
   void validate() const;
 };
 
+// 64 random bits for the `step`-th token of sequence `sequence` (splitmix64
+// of the three, chained).
+uint64_t sampling_random(uint64_t seed, uint64_t sequence, uint64_t step);
+
+// One sequence's settings, step after step.
 class Sampler {
  public:
-  Sampler(const SamplingParams& params, uint64_t stream);
+  Sampler(const SamplingParams& params, uint64_t sequence);
+  // The settings of this sequence's next token; each call is the next step.
+  SampleRow next();
+  // Chooses the next token from full-vocabulary float32 logits on the host,
+  // with the settings of next().
   int32_t sample(const float* logits, int64_t vocab);
 
  private:
   SamplingParams params_;
-  std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;
+  uint64_t sequence_;
+  uint64_t step_ = 0;
 };
-
-// Index of the largest logit, the lowest index on ties.
-int32_t argmax(const float* logits, int64_t vocab);
 
 }  // namespace lockstep

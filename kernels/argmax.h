@@ -1,7 +1,7 @@
 // Greedy selection where the logits are: per row of this rank's share of the
 // vocabulary, the largest logit among the first valid_cols columns and its
-// column, the lowest column on ties (as lockstep::argmax on the host). Only
-// these (value, column) pairs cross to the host, never the logits.
+// column, the lowest column on ties. Only these (value, column) pairs cross
+// to the host, never the logits.
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,8 @@
 // at a time (bit for bit on the CPU backend, whose ops are row-independent).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "cli_support.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -79,6 +81,27 @@ TEST_F(EngineTest, ChunkedPrefillEqualsOneShot) {
   std::vector<float> last(scored.end() - static_cast<long>(vocab), scored.end());
   std::vector<float> first(x[0].logits.begin(), x[0].logits.begin() + static_cast<long>(vocab));
   EXPECT_EQ(last, first);
+}
+
+// Sampling on the backend (logits not kept) and by the CPU twin on the host
+// (logits kept) choose the same tokens: the same rule and the same random
+// bits per (seed, sequence, step).
+TEST_F(EngineTest, SampledTokensDoNotDependOnKeptLogits) {
+  std::vector<GenerationRequest> requests;
+  for (int s = 0; s < 4; ++s) requests.push_back({.prompt = prompt(3 + 4 * s, s), .max_new_tokens = 6 + s});
+  requests[0].sampling = SamplingParams{.temperature = 1.0, .seed = 1};
+  requests[1].sampling = SamplingParams{.temperature = 0.8, .top_k = 20, .seed = 2};
+  requests[2].sampling = SamplingParams{.temperature = 1.3, .top_k = 50, .top_p = 0.7, .seed = 3};
+  // requests[3] stays greedy: a greedy row in a sampled step.
+  auto a = engine(4, 256), b = engine(4, 16);  // b: chunked prefill too
+  const std::vector<GenerationOutput> kept = Generator(a->group()).generate(requests, true);
+  const std::vector<GenerationOutput> not_kept = Generator(b->group()).generate(requests, false);
+  std::set<int32_t> distinct;
+  for (size_t s = 0; s < requests.size(); ++s) {
+    EXPECT_EQ(kept[s].tokens, not_kept[s].tokens) << "sequence " << s;
+    distinct.insert(kept[s].tokens.begin(), kept[s].tokens.end());
+  }
+  EXPECT_GT(distinct.size(), 8u) << "sampling should spread over the vocabulary";
 }
 
 TEST_F(EngineTest, StopIdEndsGenerationAndIsEmitted) {

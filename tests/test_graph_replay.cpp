@@ -39,6 +39,7 @@ class RecordingBackend final : public Backend {
   void qk_norm_rope(const QkNormRopeParams& p) override { op([this, p] { cpu_->qk_norm_rope(p); }); }
   void attention(const AttentionParams& p) override { op([this, p] { cpu_->attention(p); }); }
   void argmax(const ArgmaxParams& p) override { op([this, p] { cpu_->argmax(p); }); }
+  void sample(const SampleParams& p) override { op([this, p] { cpu_->sample(p); }); }
 
   bool supports_graphs() const override { return true; }
   void capture_begin() override {
@@ -86,8 +87,9 @@ class GraphReplayTest : public TempDirTest {
   }
 
   // Three sequences of different prompt lengths (a batch of 3 pads to the
-  // bucket of 4, then 2 as they finish), greedy or keeping the logits.
-  GenerateRun generate(bool graphs, bool keep_logits) {
+  // bucket of 4, then 2 as they finish), greedy or sampled, keeping the
+  // logits or not.
+  GenerateRun generate(bool graphs, bool keep_logits, bool sampled) {
     const ModelConfig config = load_model_config(dir_);
     const ShardPlan plan = ShardPlan::make(config, 0, 1);
     auto comm = make_single_rank_communicator();
@@ -102,6 +104,10 @@ class GraphReplayTest : public TempDirTest {
     std::vector<GenerationRequest> requests{{.prompt = {1, 2, 3}, .max_new_tokens = 9},
                                             {.prompt = {4, 5, 6, 7, 8}, .max_new_tokens = 12},
                                             {.prompt = {9}, .max_new_tokens = 5}};
+    if (sampled) {
+      requests[0].sampling = SamplingParams{.temperature = 0.9, .top_k = 30, .seed = 5};
+      requests[2].sampling = SamplingParams{.temperature = 1.2, .top_p = 0.8, .seed = 6};
+    }
     GenerateRun run{.out = gen.generate(requests, keep_logits)};
     if (graphs) {
       auto& rec = static_cast<RecordingBackend&>(*backend);
@@ -113,12 +119,13 @@ class GraphReplayTest : public TempDirTest {
 };
 
 TEST_F(GraphReplayTest, GraphedDecodeMatchesPlainDecode) {
-  for (bool keep_logits : {false, true}) {
-    const GenerateRun plain = generate(false, keep_logits);
-    const GenerateRun graphed = generate(true, keep_logits);
+  for (auto [keep_logits, sampled] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+    const GenerateRun plain = generate(false, keep_logits, sampled);
+    const GenerateRun graphed = generate(true, keep_logits, sampled);
     ASSERT_EQ(plain.out.size(), graphed.out.size());
     for (size_t i = 0; i < plain.out.size(); ++i) {
-      EXPECT_EQ(plain.out[i].tokens, graphed.out[i].tokens) << "sequence " << i << " keep_logits " << keep_logits;
+      EXPECT_EQ(plain.out[i].tokens, graphed.out[i].tokens)
+          << "sequence " << i << " keep_logits " << keep_logits << " sampled " << sampled;
       EXPECT_EQ(plain.out[i].logits, graphed.out[i].logits) << "sequence " << i;
     }
     // 11 decode steps: 4 with 3 sequences (bucket 4), 4 with 2, 3 with 1.

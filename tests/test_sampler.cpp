@@ -38,6 +38,24 @@ TEST(Sampler, SameSeedSameTokens) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits.data(), 5), b.sample(logits.data(), 5));
 }
 
+// The host path (sample on logits) and the backend path (next() settings
+// uploaded with the batch) consume the same per-step random bits.
+TEST(Sampler, SampleIsTheOpWithTheNextSettings) {
+  std::vector<float> logits = {0.5f, 0.4f, 0.3f, 0.2f, 0.1f};
+  const SamplingParams params{.temperature = 0.9, .top_k = 4, .top_p = 0.95, .seed = 7};
+  Sampler host(params, 3), settings(params, 3);
+  for (int i = 0; i < 50; ++i) {
+    const SampleRow row = settings.next();
+    EXPECT_EQ(row.random, sampling_random(7, 3, static_cast<uint64_t>(i)));
+    int32_t id = -1;
+    cpu::sample(SampleParams{.logits = logits.data(), .settings = &row, .ids = &id, .rows = 1, .cols = 5,
+                             .valid_cols = 5});
+    EXPECT_EQ(host.sample(logits.data(), 5), id) << "step " << i;
+  }
+  EXPECT_NE(sampling_random(7, 3, 0), sampling_random(7, 4, 0));
+  EXPECT_NE(sampling_random(7, 3, 0), sampling_random(8, 3, 0));
+}
+
 TEST(Sampler, RefusesBadValues) {
   expect_error([] { SamplingParams{.temperature = -0.5}.validate(); }, ErrorKind::kInvalidArgument,
                {"temperature", "-0.5"});

@@ -152,6 +152,27 @@ TEST_F(Tp, TpTwoAndFourMatchTpOne) {
   }
 }
 
+// Sampling (temperature, top-k, top-p) picks the same ids at TP=1 and TP=2,
+// on the backend (logits not kept: the sample op on the all-gathered shards)
+// and on the host (--dump-logits: the CPU twin on the gathered logits).
+TEST_F(Tp, SampledIdsMatchAcrossTpSizesAndKeptLogits) {
+  auto model = make_model("--arch qwen3 --preset tiny --vocab-size 509");
+  std::string first;
+  for (int ranks : {1, 2})
+    for (bool dump : {false, true}) {
+      const std::string command =
+          (ranks == 1 ? "" : mpirun(ranks)) +
+          lockstep("generate --backend cpu --model " + model.string() +
+                   " --prompt-ids 3,1,4,1,5 --ignore-eos --max-new-tokens 12 --temperature 1.1 --top-k 100"
+                   " --top-p 0.95 --seed 42" +
+                   (dump ? " --dump-logits " + (dir_ / "l.npy").string() : ""));
+      CommandResult r = run(command, dir_ / "gen", 300);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      if (first.empty()) first = r.out;
+      EXPECT_EQ(r.out, first) << "TP=" << ranks << " dump-logits " << dump;
+    }
+}
+
 TEST_F(Tp, IndivisibleTpSizeIsRefusedOnEveryRank) {
   auto model = make_model("--arch llama --preset tiny");
   CommandResult r = run(mpirun(3) + lockstep("generate --backend cpu --model " + model.string() + " --prompt-ids 1"), dir_ / "r", 60);

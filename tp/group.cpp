@@ -83,6 +83,24 @@ const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
   return greedy_ids_;
 }
 
+const std::vector<int32_t>& TpGroup::forward_sample(const BatchDesc& batch) {
+  LS_REQUIRE(batch.sample_rows.size() == batch.logit_rows.size(), ErrorKind::kInternal,
+             "forward_sample: {} sampling settings for {} logit rows", batch.sample_rows.size(),
+             batch.logit_rows.size());
+  step(batch);
+  sampled_ids_.clear();
+  if (batch.logit_rows.empty()) return sampled_ids_;  // a prefill chunk that chooses nothing
+  const Runner::Span local = runner_.logits_local();
+  runner_.sample(all_gather_in_backend(local.data, runner_.logits_gathered(), local.count,
+                                       runner_.backend().act_dtype()));
+  sampled_ids_.resize(static_cast<size_t>(runner_.batch_logit_rows()));
+  comm_.wait_begins("the decode step's collectives");
+  runner_.backend().to_host(sampled_ids_.data(), runner_.sampled_ids(), static_cast<int64_t>(sampled_ids_.size()) * 4);
+  comm_.wait_ends();
+  sampled_ids_.resize(batch.logit_rows.size());  // rows past the batch's own pad it to its bucket
+  return sampled_ids_;
+}
+
 void TpGroup::step(const BatchDesc& batch) {
   const int64_t bucket = bucket_for(batch);
   if (bucket == 0) {
@@ -92,6 +110,7 @@ void TpGroup::step(const BatchDesc& batch) {
     padded_ = batch;
     LS_CHECK(padded_.size() == bucket || runner_.has_padding_slot());
     while (padded_.size() < bucket) padded_.add(0, runner_.padding_slot(), 0, true);
+    if (!padded_.sample_rows.empty()) padded_.sample_rows.resize(padded_.logit_rows.size());  // greedy
     runner_.set_batch(padded_);
     const int steps = bucket_steps_[bucket]++;
     if (!graphs_ || steps == 0) {

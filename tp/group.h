@@ -36,9 +36,14 @@ class TpGroup {
   // own are padding and are to be ignored.
   const std::vector<float>& forward(const BatchDesc& batch);
   // The same step, then greedy selection where the logits are: returns the
-  // argmax token of each logit row (lowest id on ties, as lockstep::argmax),
-  // identical on every rank; only ids and values cross to the host.
+  // argmax token of each logit row (lowest id on ties), identical on every
+  // rank; only ids and values cross to the host.
   const std::vector<int32_t>& forward_greedy(const BatchDesc& batch);
+  // The same step, then sampling where the logits are, by the batch's
+  // sample_rows (one per logit row): the logits are all-gathered in backend
+  // memory and every rank runs the backend's sample op on the full rows, so
+  // every rank picks the same ids; only the ids cross to the host.
+  const std::vector<int32_t>& forward_sample(const BatchDesc& batch);
 
   Communicator& comm() { return comm_; }
   Runner& runner() { return runner_; }
@@ -66,6 +71,7 @@ class TpGroup {
   BatchDesc padded_;
   std::vector<uint8_t> argmax_host_;  // [ranks][values (rows) | columns (rows)]
   std::vector<int32_t> greedy_ids_;
+  std::vector<int32_t> sampled_ids_;
 };
 
 }  // namespace lockstep

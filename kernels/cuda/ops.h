@@ -13,6 +13,7 @@
 #include "kernels/embedding.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
+#include "kernels/sampling.h"
 #include "kernels/silu_mul.h"
 
 namespace lockstep::cuda {
@@ -22,6 +23,7 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream);
 void silu_mul(const SiluMulParams& p, cudaStream_t stream);
 void argmax(const ArgmaxParams& p, cudaStream_t stream);
+void sample(const SampleParams& p, cudaStream_t stream);
 
 // Attention splits each sequence over several blocks (flash-decoding) when
 // the batch alone does not fill the GPU; the partial results go to
