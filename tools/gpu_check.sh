@@ -50,7 +50,8 @@ T="$BUILD/lockstep_tests"
 L="$BUILD/lockstep"
 
 if want tests; then
-  "$T" --gtest_brief=1 > "$OUT/tests.log" 2>&1
+  # TESTS_FILTER: e.g. 'Cuda*:GpuTp*' for the GPU tests alone (the CPU tests take minutes and run in CI).
+  "$T" --gtest_brief=1 --gtest_filter="${TESTS_FILTER:-*}" > "$OUT/tests.log" 2>&1
   note "all tests rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/tests.log" | tr '\n' ' ')"
   grep -E "Failure|error:|Expected|worst" "$OUT/tests.log" | head -40
 fi
@@ -157,7 +158,7 @@ fi
 # the model).
 if want profile_8b; then
   timeout ${PROFILE_TIMEOUT_S:-150} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    "$L" bench --model /tmp/llama3_8b_random --batch 1 --ctx 1024 --steps 2 --prefill 64 --eager \
+    "$L" bench --model /tmp/llama3_8b_random --batch 1 --ctx 1024 --steps 8 --prefill 64 --eager \
     > "$OUT/profile_8b.csv" 2> "$OUT/profile_8b.log"
   note "profile 8b rc=$?"
   python3 "$SRC/tools/kernel_times.py" "$OUT/profile_8b.csv" | tee "$OUT/profile_8b.txt"

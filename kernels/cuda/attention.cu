@@ -32,7 +32,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kTile = kThreads;  // keys per tile: one per thread when scoring
 constexpr int kMaxGroup = 8;     // q heads per block
 constexpr int kMaxSplits = 32;
-constexpr int kMinKeysPerSplit = 32;
+constexpr int kMinKeysPerSplit = 64;  // a split shorter than a key tile (kTcKeys) half-fills it
 constexpr int kMaxHeadDim = 256;
 
 struct AttnArgs {
@@ -194,22 +194,39 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
 }
 
 // Merges the splits of one (token, head): one thread per output dimension.
+// The splits' (max, sum) pairs are read once, in parallel, into shared
+// memory; each split's weight is computed once; then every thread's partial
+// outputs are read with several loads in flight (an empty split's entry is
+// read but weighted by nothing, as it may hold anything).
 template <typename T, int HD>
 __global__ void __launch_bounds__(HD) attention_combine_kernel(const float* ws_acc, const float* ws_ml, T* out,
                                                                 int splits) {
+  __shared__ float split_max[kMaxSplits];
+  __shared__ float split_sum[kMaxSplits];
+  __shared__ float split_weight[kMaxSplits];
   start_after_producers();
   const int64_t head = static_cast<int64_t>(blockIdx.x);
   const float* ml = ws_ml + head * splits * 2;
+  for (int i = threadIdx.x; i < splits; i += HD) {
+    split_max[i] = ml[2 * i];
+    split_sum[i] = ml[2 * i + 1];
+  }
+  __syncthreads();
   float m = -INFINITY;
   for (int i = 0; i < splits; ++i)
-    if (ml[2 * i + 1] > 0.0f) m = fmaxf(m, ml[2 * i]);
+    if (split_sum[i] > 0.0f) m = fmaxf(m, split_max[i]);
+  for (int i = threadIdx.x; i < splits; i += HD)
+    split_weight[i] = split_sum[i] > 0.0f ? expf(split_max[i] - m) : 0.0f;
+  __syncthreads();
   float denom = 0.0f;
   float sum = 0.0f;
+  const float* acc = ws_acc + head * splits * HD + threadIdx.x;
+#pragma unroll 8
   for (int i = 0; i < splits; ++i) {
-    if (ml[2 * i + 1] <= 0.0f) continue;
-    const float w = expf(ml[2 * i] - m);
-    denom += w * ml[2 * i + 1];
-    sum += w * ws_acc[(head * splits + i) * HD + threadIdx.x];
+    const float partial = acc[i * HD];
+    const float w = split_weight[i];
+    denom += w * split_sum[i];
+    sum += w > 0.0f ? w * partial : 0.0f;
   }
   out[head * HD + threadIdx.x] = from_float<T>(denom > 0.0f ? sum / denom : 0.0f);
 }

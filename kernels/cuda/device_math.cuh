@@ -32,6 +32,20 @@ struct alignas(sizeof(T) * N) Vec {
   __device__ __forceinline__ void set(int i, float f) { v[i] = from_float<T>(f); }
 };
 
+// 16 bytes of data that no kernel writes while this one runs (weights),
+// read around L1 so that it keeps what is reused (the activations).
+template <typename T>
+__device__ __forceinline__ Vec<T, static_cast<int>(16 / sizeof(T))> load_streaming(const T* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  Vec<T, static_cast<int>(16 / sizeof(T))> v;
+  static_assert(sizeof(v) == sizeof(r));
+  __builtin_memcpy(&v, &r, sizeof(r));
+  return v;
+}
+
 // Elements of T in one 16-byte access.
 template <typename T>
 inline constexpr int kVec16 = static_cast<int>(16 / sizeof(T));

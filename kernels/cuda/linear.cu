@@ -50,12 +50,15 @@ struct GemvArgs {
 };
 
 // acc[m][r] = x[r, :]·w_m[:] over one warp (lanes stride over `in`), for M
-// weight rows read together so that their loads are in flight at once.
+// weight rows read together. Each round has kRoundBytes of weights per warp
+// in flight (unrolled over the row), which matters for the narrow products
+// (4096 outputs: one warp each is too few loads in flight with less).
 template <typename T, int R, int M>
 __device__ __forceinline__ void warp_dots(const T* x, int64_t x_stride, const T* const (&w)[M], int64_t in,
                                           float (&acc)[M][R]) {
   constexpr int N = kVec16<T>;
-  constexpr int kUnroll = 4;
+  constexpr int kRoundBytes = 4096;
+  constexpr int kUnroll = kRoundBytes / (32 * 16 * M);
   const int lane = threadIdx.x % 32;
   int64_t c = static_cast<int64_t>(lane) * N;
   for (; c + (kUnroll - 1) * 32 * N < in; c += kUnroll * 32 * N) {
@@ -63,7 +66,7 @@ __device__ __forceinline__ void warp_dots(const T* x, int64_t x_stride, const T*
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[m][u].load(w[m] + c + u * 32 * N);
+      for (int u = 0; u < kUnroll; ++u) wv[m][u] = load_streaming(w[m] + c + u * 32 * N);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -83,8 +86,7 @@ __device__ __forceinline__ void warp_dots(const T* x, int64_t x_stride, const T*
       xv.load(x + r * x_stride + c);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
-        Vec<T, N> wv;
-        wv.load(w[m] + c);
+        const Vec<T, N> wv = load_streaming(w[m] + c);
 #pragma unroll
         for (int e = 0; e < N; ++e) acc[m][r] += wv.get(e) * xv.get(e);
       }

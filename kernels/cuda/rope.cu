@@ -1,8 +1,9 @@
 // Per-head q/k RMSNorm (when weights are given) and rotary embedding, in
-// place on the fused QKV rows. One block per token: the token's cos/sin table
-// is computed once in double precision (angles reach 1e5 radians and more at
-// long context, where a float32 angle is off by several 1e-3), then each warp
-// takes whole heads. Values are read once, rotated in float32, written once;
+// place on the fused QKV rows. One block per (token, group of kRopeWarps
+// heads), each warp one head, so that a decode token's 40-odd heads run in
+// parallel rather than five after another per warp. Each block computes the
+// token's cos/sin table in double precision (angles reach 1e5 radians and
+// more at long context, where a float32 angle is off by several 1e-3). Values are read once, rotated in float32, written once;
 // with the KV append fused in, the thread that rotates a k element also
 // writes it to the cache, and the block copies the token's v there.
 #include "kernels/cuda/check.h"
@@ -14,7 +15,7 @@ namespace lockstep::cuda {
 
 namespace {
 
-constexpr int kRopeThreads = 256;
+constexpr int kRopeWarps = 8;
 constexpr int kMaxHalf = 512;  // head_dim up to 1024
 
 // Where the fused KV append puts each token's k and v (null caches: no append).
@@ -45,15 +46,15 @@ __global__ void qk_norm_rope_kernel(T* qkv, const int32_t* positions, const floa
   }
   __syncthreads();
   const int lane = threadIdx.x % 32;
-  const int warps = blockDim.x / 32;
   T* row = qkv + t * (num_heads + 2 * num_kv_heads) * head_dim;
   const int64_t kv_width = num_kv_heads * head_dim;
   const int64_t dst =
       cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + positions[t] * cache.position_stride;
-  if (cache.k_cache != nullptr)
+  if (cache.k_cache != nullptr && blockIdx.y == 0)
     for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x)
       cache.v_cache[dst + i] = row[(num_heads + num_kv_heads) * head_dim + i];
-  for (int64_t h = threadIdx.x / 32; h < num_heads + num_kv_heads; h += warps) {
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * kRopeWarps + threadIdx.x / 32;
+  if (h < num_heads + num_kv_heads) {
     T* v = row + h * head_dim;
     const T* w = h < num_heads ? q_norm : k_norm;
     float inv = 1.0f;
@@ -97,8 +98,9 @@ void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
                              .slots = p.kv_append->slots,
                              .slot_stride = p.kv_append->cache.slot_stride(),
                              .position_stride = p.kv_append->cache.position_stride()};
-    LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, dim3(static_cast<unsigned>(p.tokens)),
-              dim3(kRopeThreads), 0, stream, static_cast<T*>(p.qkv), p.positions, p.inv_freq,
+    const dim3 grid(static_cast<unsigned>(p.tokens),
+                    static_cast<unsigned>(ceil_div(p.num_heads + p.num_kv_heads, kRopeWarps)));
+    LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, grid, dim3(kRopeWarps * 32), 0, stream, static_cast<T*>(p.qkv), p.positions, p.inv_freq,
               static_cast<const T*>(p.q_norm_weight), static_cast<const T*>(p.k_norm_weight), p.num_heads,
               p.num_kv_heads, p.head_dim, p.eps, cache);
   });

@@ -88,7 +88,7 @@ TEST_F(CudaOpTest, QkNormRopeMatchesCpu) {
   std::mt19937 rng(4);
   const std::vector<RopeCase> cases{{4, 4, 64, false, RopeType::kDefault}, {8, 2, 128, true, RopeType::kDefault},
                                     {10, 2, 64, true, RopeType::kLlama3}, {16, 2, 128, false, RopeType::kLlama3},
-                                    {8, 1, 256, true, RopeType::kDefault}};
+                                    {8, 1, 256, true, RopeType::kDefault}, {32, 8, 128, false, RopeType::kLlama3}};
   for (DType dt : all_dtypes())
     for (int64_t tokens : odd_rows())
       for (const RopeCase& rc : cases) {
@@ -259,10 +259,14 @@ TEST_F(CudaOpTest, ArgmaxMatchesCpu) {
   std::mt19937 rng(6);
   for (DType dt : all_dtypes())
     for (int64_t rows : odd_rows())
-      for (int64_t cols : {1, 111, 32000}) {
+      for (int64_t cols : {1, 111, 32000, 128256}) {
         std::vector<float> logits = random_values(rows * cols, dt, rng);
-        if (cols > 1) logits[1] = logits[0] = 50.0f;  // a tie: the lower column wins
         const int64_t valid = std::max<int64_t>(1, cols - 3);
+        // Ties, the lower column winning: inside one thread's vector (columns 0 and 1) in row 0;
+        // between threads and against the scalar tail past the last whole vector in the others.
+        if (cols > 1) logits[1] = logits[0] = 50.0f;
+        for (int64_t r = 1; r < rows && cols > 9; ++r)
+          logits[r * cols + 8] = logits[r * cols + valid - 1] = 60.0f;
         DeviceArray d_logits(logits, dt), d_values(rows, DType::kF32), d_columns(rows, DType::kF32);
         ArgmaxParams p{.logits = d_logits.get(), .values = static_cast<float*>(d_values.get()),
                        .columns = static_cast<int32_t*>(d_columns.get()), .rows = rows, .cols = cols,
