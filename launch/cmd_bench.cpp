@@ -36,6 +36,7 @@ struct BenchConfig {
   int64_t ctx = 1024;
   int64_t steps = 128;
   int64_t prefill = 2048;
+  SamplingParams sampling;  // of every decode request (default greedy)
   std::string json;
 };
 
@@ -125,7 +126,9 @@ double collective_ms_per_step(Engine& engine, int64_t batch) {
 nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b, double copy_gbs, std::mt19937& rng) {
   const ModelConfig& c = engine.config();
   std::vector<GenerationRequest> requests(static_cast<size_t>(batch));
-  for (auto& r : requests) r = GenerationRequest{.prompt = random_prompt(b.ctx, c.vocab_size, rng), .max_new_tokens = b.steps};
+  for (auto& r : requests)
+    r = GenerationRequest{
+        .prompt = random_prompt(b.ctx, c.vocab_size, rng), .max_new_tokens = b.steps, .sampling = b.sampling};
   std::vector<Clock::time_point> step_done;  // when sequence 0 got each token
   Generator gen(engine.group());
   gen.generate(requests, false, [&](size_t seq, int32_t) {
@@ -177,6 +180,7 @@ std::vector<int64_t> parse_batches(const std::string& s) {
 
 int run_bench(BenchConfig& b) {
   const std::vector<int64_t> batches = parse_batches(b.batches);
+  b.sampling.validate();
   b.engine.max_batch = *std::max_element(batches.begin(), batches.end());
   b.engine.max_seq_len = std::max(b.ctx + b.steps, b.prefill + 1);
   b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
@@ -187,6 +191,8 @@ int run_bench(BenchConfig& b) {
   nlohmann::json report{{"model", b.engine.model_dir.string()}, {"backend", b.engine.backend},
                         {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager}, {"pdl", !b.engine.no_pdl},
                         {"ctx", b.ctx}, {"steps", b.steps}, {"copy_gb_per_s", copy_gbs},
+                        {"sampling", {{"temperature", b.sampling.temperature}, {"top_k", b.sampling.top_k},
+                                      {"top_p", b.sampling.top_p}}},
                         {"load_seconds", engine.load_seconds()}};
   report["prefill"] = bench_prefill(engine, b, rng);
   for (int64_t batch : batches) report["decode"].push_back(bench_decode(engine, batch, b, copy_gbs, rng));
@@ -197,7 +203,8 @@ int run_bench(BenchConfig& b) {
   const auto& pf = report["prefill"];
   std::cout << fmt::format("prefill {} tokens: {:.0f} tok/s, {:.1f} TFLOP/s\n", b.prefill,
                            pf["tok_per_s"].get<double>(), pf["tflop_per_s"].get<double>());
-  std::cout << fmt::format("{} rank(s) via {}\n", world().size, engine.group().comm().name());
+  std::cout << fmt::format("{} rank(s) via {}; decode sampling: temperature {} top-k {} top-p {}\n", world().size,
+                           engine.group().comm().name(), b.sampling.temperature, b.sampling.top_k, b.sampling.top_p);
   std::cout << "batch  tok/s      ms/step  GB/s    %copy  collectives ms/step (alone)\n";
   for (const auto& d : report["decode"])
     std::cout << fmt::format("{:<6} {:<10.1f} {:<8.3f} {:<7.0f} {:<6.1f} {:.3f}\n", d["batch"].get<int64_t>(),
@@ -227,6 +234,9 @@ void add_bench_command(CLI::App& root, CommandTable& table) {
   cmd->add_option("--ctx", b->ctx, "prompt tokens per sequence before decoding")->capture_default_str();
   cmd->add_option("--steps", b->steps, "decode steps per batch size")->capture_default_str();
   cmd->add_option("--prefill", b->prefill, "prompt tokens of the prefill measurement")->capture_default_str();
+  cmd->add_option("--temperature", b->sampling.temperature, "decode sampling (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", b->sampling.top_k, "decode sampling: 0 = no limit")->capture_default_str();
+  cmd->add_option("--top-p", b->sampling.top_p, "decode sampling: nucleus in (0, 1]")->capture_default_str();
   cmd->add_option("--json", b->json, "also write the figures to this JSON file");
   table.add(cmd, [b] { return run_bench(*b); });
 }

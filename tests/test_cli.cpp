@@ -215,5 +215,18 @@ TEST_F(Cli, BadSamplingValues) {
   expect_clean_failure(generate(model, "--prompt-ids 1 --temperature 1 --top-p 1.5"), {"top-p", "1.5"});
 }
 
+TEST_F(Cli, BenchRunsGreedyAndSampledAndRefusesBadValues) {
+  auto model = make_model("m");
+  const std::string bench = "bench --backend cpu --model " + model.string() + " --batch 1,2 --ctx 8 --prefill 16";
+  CommandResult greedy = run(lockstep(bench + " --steps 6"), dir_ / "greedy");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_NE(greedy.out.find("temperature 0 "), std::string::npos) << greedy.out;
+  CommandResult sampled = run(lockstep(bench + " --steps 6 --temperature 0.8 --top-k 5 --top-p 0.9"), dir_ / "sampled");
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
+  EXPECT_NE(sampled.out.find("temperature 0.8 top-k 5 top-p 0.9"), std::string::npos) << sampled.out;
+  expect_clean_failure(run(lockstep(bench + " --steps 6 --temperature -1"), dir_ / "bad"), {"temperature"});
+  expect_clean_failure(run(lockstep(bench + " --steps 3"), dir_ / "short"), {"--steps > 4"});
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -8,8 +8,8 @@
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
 # all): tests sanitize e2e bench_small tp; on request racecheck_ours, linear
 # (benchmarks/linear_bench: the weight stream per layer shape), bench_8b
-# (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl and
-# profile_8b (after one of the two). The build always runs.
+# (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl,
+# bench_8b_sample and profile_8b (after one of the two). The build always runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep_out}
 mkdir -p "$OUT"
@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear bench_8b bench_8b_lockstep bench_8b_nopdl profile_8b
+STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -83,6 +83,13 @@ for cfg in "cpu auto" "cuda auto" "cuda float32" "cuda auto --eager"; do
     --max-new-tokens 64 --stop-ids 0 > "$OUT/gen_$name.txt" 2> "$OUT/gen_$name.log"
   note "generate $name rc=$? $(grep -o 'loaded in .*' "$OUT/gen_$name.log")"
 done
+# Sampled (temperature 0.8, top-p 0.9, seed 7): the sample op on the GPU against the CPU twin.
+for backend in cpu cuda; do
+  "$L" generate --model "$M" --backend $backend --dtype float32 --max-seq-len 256 --prompt-ids $PROMPT \
+    --max-new-tokens 64 --stop-ids 0 --temperature 0.8 --top-p 0.9 --seed 7 \
+    > "$OUT/gen_sampled_$backend.txt" 2> "$OUT/gen_sampled_$backend.log"
+  note "generate sampled $backend rc=$?"
+done
 python3 - "$OUT" <<'PY'
 import sys
 out = sys.argv[1]
@@ -94,6 +101,10 @@ for name in ("cuda_auto", "cuda_float32", "cuda_auto_eager"):
         if a != b: break
         same += 1
     print(f"== greedy {name} vs cpu: first {same} of {len(ref)} ids agree")
+ref = open(f"{out}/gen_sampled_cpu.txt").read().split()
+got = open(f"{out}/gen_sampled_cuda.txt").read().split()
+same = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), min(len(ref), len(got)))
+print(f"== sampled float32 cuda vs cpu: first {same} of {len(ref)} ids agree")
 eager = open(f"{out}/gen_cuda_auto_eager.txt").read().split()
 graphed = open(f"{out}/gen_cuda_auto.txt").read().split()
 print(f"== greedy cuda graphed vs eager: {'identical' if eager == graphed else 'DIFFERENT'} ({len(graphed)} ids)")
@@ -151,6 +162,13 @@ if want bench_8b_nopdl; then
   "$L" bench --model /tmp/llama3_8b_random --batch 1,32 --ctx 1024 --steps 64 --no-pdl \
     > "$OUT/bench_8b_nopdl.txt" 2> "$OUT/bench_8b_nopdl.log"
   note "bench 8b --no-pdl rc=$? $(grep -E '^(1|32) ' "$OUT/bench_8b_nopdl.txt" | tr '\n' ' ')"
+fi
+
+# bench_8b_sample: the same at batch 1 and 32 with sampled decoding (the sample op instead of argmax).
+if want bench_8b_sample; then
+  "$L" bench --model /tmp/llama3_8b_random --batch 1,32 --ctx 1024 --steps 64 --temperature 0.7 --top-p 0.9 \
+    > "$OUT/bench_8b_sample.txt" 2> "$OUT/bench_8b_sample.log"
+  note "bench 8b sampled rc=$? $(grep -E '^(1|32) ' "$OUT/bench_8b_sample.txt" | tr '\n' ' ')"
 fi
 
 # profile_8b: every kernel's duration (ncu) in one eager decode step of
