@@ -60,7 +60,8 @@ fi
 # without the linear test, whose cuBLASLt kernels are not ours to fix.
 for stage in sanitize racecheck_ours; do
   want $stage || continue
-  tools="memcheck racecheck"; filter='CudaOpTest*:CudaAttentionTest*'
+  # SANITIZE_FILTER: a narrower set of tests (e.g. the kernels a change touched) when time is short.
+  tools="memcheck racecheck"; filter=${SANITIZE_FILTER:-'CudaOpTest*:CudaAttentionTest*'}
   # racecheck is slow: the mixed-run attention test (both tilings, up to 111 tokens) stands for attention.
   [ $stage = racecheck_ours ] && { tools=racecheck; filter='CudaOpTest*:CudaAttentionTest.MixedRuns*:-CudaOpTest.LinearMatchesCpu'; }
   for tool in $tools; do
