@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(HD) attention_combine_kernel(const float* ws_a
   for (int i = 0; i < splits; ++i) {
     const float partial = acc[i * HD];
     const float w = split_weight[i];
-    denom += w * split_sum[i];
+    denom += w > 0.0f ? w * split_sum[i] : 0.0f;
     sum += w > 0.0f ? w * partial : 0.0f;
   }
   out[head * HD + threadIdx.x] = from_float<T>(denom > 0.0f ? sum / denom : 0.0f);
