@@ -80,6 +80,7 @@ const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
       }
     }
   }
+  greedy_ids_.resize(batch.logit_rows.size());  // rows past the batch's own pad it to its bucket
   return greedy_ids_;
 }
 

@@ -37,7 +37,8 @@ class TpGroup {
   const std::vector<float>& forward(const BatchDesc& batch);
   // The same step, then greedy selection where the logits are: returns the
   // argmax token of each logit row (lowest id on ties), identical on every
-  // rank; only ids and values cross to the host.
+  // rank (one per logit row of the batch, none for padding); only ids and
+  // values cross to the host.
   const std::vector<int32_t>& forward_greedy(const BatchDesc& batch);
   // The same step, then sampling where the logits are, by the batch's
   // sample_rows (one per logit row): the logits are all-gathered in backend
