@@ -34,6 +34,7 @@ class CudaBackend final : public Backend {
     LS_CHECK_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
     linear_ = std::make_unique<cuda::LinearContext>();
     attention_workspace_ = alloc(cuda::attention_workspace_bytes(num_sms_));
+    cuda::clear_attention_workspace(attention_workspace_.data(), num_sms_, stream_);
   }
   ~CudaBackend() override {
     for (auto& [id, exec] : graphs_) cudaGraphExecDestroy(exec);

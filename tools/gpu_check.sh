@@ -173,11 +173,11 @@ if want bench_8b_sample; then
 fi
 
 # profile_8b: every kernel's duration (ncu) in one eager decode step of
-# llama3-8b at batch 1, summed by kernel (after bench_8b_lockstep, which makes
-# the model).
+# llama3-8b at batch PROFILE_BATCH (default 1), summed by kernel (after
+# bench_8b_lockstep, which makes the model).
 if want profile_8b; then
   timeout ${PROFILE_TIMEOUT_S:-150} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    "$L" bench --model /tmp/llama3_8b_random --batch 1 --ctx 1024 --steps 8 --prefill 64 --eager \
+    "$L" bench --model /tmp/llama3_8b_random --batch ${PROFILE_BATCH:-1} --ctx 1024 --steps 8 --prefill 64 --eager \
     > "$OUT/profile_8b.csv" 2> "$OUT/profile_8b.log"
   note "profile 8b rc=$?"
   python3 "$SRC/tools/kernel_times.py" "$OUT/profile_8b.csv" | tee "$OUT/profile_8b.txt"

@@ -5,8 +5,9 @@
 
 PROFILE.csv: `ncu --metrics gpu__time_duration.sum --csv --print-units base`
 over a `lockstep bench --eager` run. A decode step starts with the embedding
-kernel; the last step whose kernels include the GEMV (batch 1 and 2) is the
-one summed. Prints each kernel's launches and total microseconds, largest
+kernel (so does the gather of logit rows, a step of a few kernels); a decode
+step is one whose attention runs the decode tiling (tensor-core kernel with
+RowWarps 1) or the CUDA-core kernel, and the last of them is the one summed. Prints each kernel's launches and total microseconds, largest
 first, and the step's total.
 """
 import csv
@@ -34,9 +35,10 @@ def main():
     kernels = list(launches(sys.argv[1]))
     starts = [i for i, (name, _) in enumerate(kernels) if "embedding" in name]
     steps = [kernels[a:b] for a, b in zip(starts, starts[1:] + [len(kernels)])]
-    decode = [s for s in steps if any("gemv" in name for name, _ in s)]
+    decode = [s for s in steps if any(re.search(r"attention_tensor_core_kernel<[^>]*, 1>|attention_kernel<", name)
+                                      for name, _ in s)]
     if not decode:
-        sys.exit(f"no decode step with a GEMV among {len(steps)} steps of {len(kernels)} kernels")
+        sys.exit(f"no decode step among {len(steps)} steps of {len(kernels)} kernels")
     step = decode[-1]
     totals = defaultdict(lambda: [0, 0.0])
     for name, us in step:

@@ -1,18 +1,22 @@
 // Attention over the KV cache, for prefill and decode alike (kernels/attention.h):
 // token t's query heads attend to positions [0, positions[t]] of its slot.
 //
-// One block per (token, kv head, chunk of up to 8 of its q heads, split of
-// the sequence). The block walks its key range in tiles of 128 keys with an
-// online softmax (flash-style: no score matrix in memory): each thread
-// scores one key against all the block's q heads (the K row is read once for
-// the whole GQA group), each warp updates the running max and sum of some
-// heads, and each warp accumulates p·V over a quarter of the tile's keys
-// with every lane owning head_dim/32 output dimensions. When the batch alone
-// does not fill the GPU the sequence is split over several blocks
-// (flash-decoding) and a second kernel merges the partial results. The split
-// count depends on the batch size only, never on the sequence lengths, which
-// the kernel reads from device memory: a captured graph stays valid as
-// sequences grow.
+// Two kernels, both flash-style (online softmax, no score matrix in memory):
+// a tensor-core kernel for bf16/f16 with head_dim 64 or 128 (see its section
+// below) and a CUDA-core kernel for the rest. When the batch alone does not
+// fill the GPU, each sequence is split over several blocks (flash-decoding):
+// every split block writes its partial result to the workspace, and the
+// block that finishes last among the splits of its rows merges them (no
+// second kernel). The split count depends on the batch size only, never on
+// the sequence lengths, which the kernels read from device memory: a captured
+// graph stays valid as sequences grow.
+//
+// The CUDA-core kernel: one block per (token, kv head, chunk of up to 8 of
+// its q heads, split). The block walks its key range in tiles of 128 keys:
+// each thread scores one key against all the block's q heads (the K row is
+// read once for the whole GQA group), each warp updates the running max and
+// sum of some heads, and each warp accumulates p·V over a quarter of the
+// tile's keys with every lane owning head_dim/32 output dimensions.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -42,6 +46,7 @@ struct AttnArgs {
   const int32_t* slots;
   const int32_t* positions;
   void* out;
+  int* counters;  // per (blockIdx.x, blockIdx.y): split blocks finished so far (0 between launches)
   float* ws_acc;  // [tokens, heads, splits, head_dim] when splits > 1
   float* ws_ml;   // [tokens, heads, splits, 2]: running max and sum
   int64_t tokens;
@@ -49,7 +54,7 @@ struct AttnArgs {
   int64_t num_kv_heads;
   int64_t slot_stride;
   int group;        // q heads per kv head
-  int head_chunks;  // ceil(group / kMaxGroup)
+  int head_chunks;  // blocks per (token, kv head) along the group (CUDA cores, tensor-core decode)
   int splits;
   float scale;
 };
@@ -111,6 +116,57 @@ __device__ void softmax_tile(AttnShared<T, HD>& s, int G) {
       s.m[g] = m_new;
       s.alpha[g] = alpha;
     }
+  }
+}
+
+// Called by every thread of a split block once its partial results are
+// written: true in the block that finishes last among the splits of its
+// rows, which then merges them. That block sets the count back to zero for
+// the next launch.
+__device__ bool arrive_last_split(const AttnArgs& a) {
+  __shared__ int arrived;
+  __threadfence();  // this block's partial results are visible before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = a.counters + blockIdx.y * gridDim.x + blockIdx.x;
+    arrived = atomicAdd(counter, 1);
+    if (arrived == a.splits - 1) *counter = 0;
+  }
+  __syncthreads();
+  return arrived == a.splits - 1;
+}
+
+// The last split block's merge: for each of its `rows` query rows (row r is
+// head row head_row(r) = token·num_heads + head), the output from every
+// split's (max, sum, partial output), read from L2 (other blocks wrote
+// them). One thread per four output dimensions of a row. An empty split
+// (sum 0) adds nothing, whatever its partial output holds.
+template <typename T, int HD, typename HeadRow>
+__device__ void merge_splits(const AttnArgs& a, int rows, HeadRow head_row) {
+  constexpr int kQuads = HD / 4;
+  for (int item = threadIdx.x; item < rows * kQuads; item += blockDim.x) {
+    const int64_t h = head_row(item / kQuads);
+    const int d = item % kQuads * 4;
+    const float* ml = a.ws_ml + h * a.splits * 2;
+    float m = -INFINITY;
+    for (int i = 0; i < a.splits; ++i)
+      if (__ldcg(ml + 2 * i + 1) > 0.0f) m = fmaxf(m, __ldcg(ml + 2 * i));
+    float denom = 0.0f;
+    float sum[4] = {};
+    const float* acc = a.ws_acc + h * a.splits * HD + d;
+#pragma unroll 8
+    for (int i = 0; i < a.splits; ++i) {
+      const float l = __ldcg(ml + 2 * i + 1);
+      const float4 partial = __ldcg(reinterpret_cast<const float4*>(acc + i * HD));
+      if (l <= 0.0f) continue;
+      const float w = expf(__ldcg(ml + 2 * i) - m);
+      denom += w * l;
+      sum[0] += w * partial.x, sum[1] += w * partial.y, sum[2] += w * partial.z, sum[3] += w * partial.w;
+    }
+    Vec<T, 4> o;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o.set(e, denom > 0.0f ? sum[e] / denom : 0.0f);
+    o.store(static_cast<T*>(a.out) + h * HD + d);
   }
 }
 
@@ -191,44 +247,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
       }
     }
   }
-}
-
-// Merges the splits of one (token, head): one thread per output dimension.
-// The splits' (max, sum) pairs are read once, in parallel, into shared
-// memory; each split's weight is computed once; then every thread's partial
-// outputs are read with several loads in flight (an empty split's entry is
-// read but weighted by nothing, as it may hold anything).
-template <typename T, int HD>
-__global__ void __launch_bounds__(HD) attention_combine_kernel(const float* ws_acc, const float* ws_ml, T* out,
-                                                                int splits) {
-  __shared__ float split_max[kMaxSplits];
-  __shared__ float split_sum[kMaxSplits];
-  __shared__ float split_weight[kMaxSplits];
-  start_after_producers();
-  const int64_t head = static_cast<int64_t>(blockIdx.x);
-  const float* ml = ws_ml + head * splits * 2;
-  for (int i = threadIdx.x; i < splits; i += HD) {
-    split_max[i] = ml[2 * i];
-    split_sum[i] = ml[2 * i + 1];
-  }
-  __syncthreads();
-  float m = -INFINITY;
-  for (int i = 0; i < splits; ++i)
-    if (split_sum[i] > 0.0f) m = fmaxf(m, split_max[i]);
-  for (int i = threadIdx.x; i < splits; i += HD)
-    split_weight[i] = split_sum[i] > 0.0f ? expf(split_max[i] - m) : 0.0f;
-  __syncthreads();
-  float denom = 0.0f;
-  float sum = 0.0f;
-  const float* acc = ws_acc + head * splits * HD + threadIdx.x;
-#pragma unroll 8
-  for (int i = 0; i < splits; ++i) {
-    const float partial = acc[i * HD];
-    const float w = split_weight[i];
-    denom += w > 0.0f ? w * split_sum[i] : 0.0f;
-    sum += w > 0.0f ? w * partial : 0.0f;
-  }
-  out[head * HD + threadIdx.x] = from_float<T>(denom > 0.0f ? sum / denom : 0.0f);
+  if (a.splits > 1 && arrive_last_split(a))
+    merge_splits<T, HD>(a, G, [&](int r) { return t * a.num_heads + h0 + r; });
 }
 
 int choose_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
@@ -238,10 +258,15 @@ int choose_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
   return static_cast<int>(std::min<int64_t>({kMaxSplits, fill, by_length}));
 }
 
-// The kernels' arguments. The workspace holds the splits' partial outputs,
-// [tokens, heads, splits, head_dim], then their (max, sum) pairs.
-AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits) {
-  float* ws = static_cast<float*>(p.workspace);
+// The workspace: the split counters, one per block of a split-free grid
+// (fewer than 2·SMs whenever there are splits), then the splits' partial
+// outputs [tokens, heads, splits, head_dim], then their (max, sum) pairs.
+int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{2} * num_sms * 4, 256) * 256; }
+
+AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits,
+                        int num_sms) {
+  auto* bytes = static_cast<unsigned char*>(p.workspace);
+  float* ws = bytes != nullptr ? reinterpret_cast<float*>(bytes + counter_bytes(num_sms)) : nullptr;
   const int64_t entries = p.tokens * p.num_heads * splits;
   return AttnArgs{.qkv = p.qkv,
                   .k_cache = p.k_cache,
@@ -249,6 +274,7 @@ AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int h
                   .slots = p.slots,
                   .positions = p.positions,
                   .out = p.out,
+                  .counters = reinterpret_cast<int*>(bytes),
                   .ws_acc = ws,
                   .ws_ml = splits > 1 ? ws + entries * head_dim : nullptr,
                   .tokens = p.tokens,
@@ -261,29 +287,35 @@ AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int h
                   .scale = p.scale};
 }
 
-// Merges the splits into the output (nothing to do with one split).
-template <typename T, int HD>
-void launch_combine(const AttentionParams& p, const AttnArgs& args, cudaStream_t stream) {
-  if (args.splits == 1) return;
-  LS_LAUNCH("attention_combine_kernel", attention_combine_kernel<T, HD>,
-            dim3(static_cast<unsigned>(p.tokens * p.num_heads)), dim3(HD), 0, stream, args.ws_acc, args.ws_ml,
-            static_cast<T*>(p.out), args.splits);
+// Splits whose partial results fit the workspace (at most `wanted`).
+int splits_that_fit(const AttentionParams& p, int head_dim, int wanted, int64_t base_blocks, int num_sms) {
+  const int64_t bytes_per_split = p.tokens * p.num_heads * (head_dim + 2) * 4;
+  const int64_t room = p.workspace_bytes - counter_bytes(num_sms);
+  const int splits =
+      static_cast<int>(std::min<int64_t>(wanted, std::max<int64_t>(1, room / std::max<int64_t>(1, bytes_per_split))));
+  if (splits > 1)
+    LS_OP_REQUIRE(p.workspace != nullptr && base_blocks < 2 * num_sms, "attention",
+                  "no workspace for {} splits of {} blocks", splits, base_blocks);
+  return splits;
 }
 
 // ---- Tensor-core path (bf16/f16, head_dim 64 and 128) ----
 //
 // One block of 4 warps per (tile of query rows, kv head, split). The query
 // rows of kv head h are the flattened pairs (token t, q head g of h's group),
-// row t·group + g, so a tile of 16·RowWarps rows holds consecutive tokens'
-// whole GQA groups. Tokens of one slot that are consecutive in the batch form
-// a run; the block walks its runs one by one (a prefill chunk is one run; in
-// a decode batch every token is its own run), and for each run streams the
-// slot's keys in tiles of 64 through shared memory (cp.async, zero-filled
-// past the end): S = Q·Kᵀ and O += P·V on mma.m16n8k16 with float32
-// accumulators, online softmax in registers. RowWarps = 4 (prefill): each
-// warp owns 16 rows and all 64 keys of a tile. RowWarps = 1 (decode): the
-// warps share 16 rows and take 16 keys of each tile each, and merge their
-// partial softmax states through shared memory at the end of a run.
+// row t·group + g. Prefill tiles (RowWarps = 4) are 64 consecutive rows,
+// consecutive tokens' whole GQA groups; decode tiles (RowWarps = 1) are up
+// to 16 q heads of one token, so that a decode block reads one sequence's
+// keys. Tokens of one slot that are consecutive in the batch form a run; the
+// block walks its runs one by one (a prefill chunk is one run), and for each
+// run streams the slot's keys in tiles of 64 through shared memory
+// (cp.async, zero-filled past the end; decode keeps the next tile's copy in
+// flight while it computes on the current one): S = Q·Kᵀ and O += P·V on
+// mma.m16n8k16 with float32 accumulators, online softmax in registers.
+// RowWarps = 4: each warp owns 16 rows and all 64 keys of a tile.
+// RowWarps = 1: the warps share 16 rows and take 16 keys of each tile each,
+// and merge their partial softmax states through shared memory at the end of
+// a run.
 constexpr int kTcThreads = 128;
 constexpr int kTcKeys = 64;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -295,6 +327,27 @@ struct TcTile {
   T k[kTcKeys][kLd];
   T v[kTcKeys][kLd];
 };
+
+// Tiles of keys in flight per block: two for decode, where copies dominate.
+constexpr int tc_stages(int row_warps) { return row_warps == 1 ? 2 : 1; }
+
+// A block's query rows: flattened rows base .. base + count - 1.
+struct TileRows {
+  int64_t base;
+  int count;
+};
+
+template <int RowWarps>
+__device__ TileRows tile_rows(const AttnArgs& a) {
+  if constexpr (RowWarps == 4) {
+    const int64_t base = static_cast<int64_t>(blockIdx.x) * 64;
+    return {base, static_cast<int>(min(int64_t{64}, a.tokens * a.group - base))};
+  } else {
+    const int64_t token = blockIdx.x / a.head_chunks;
+    const int chunk = static_cast<int>(blockIdx.x % a.head_chunks);
+    return {token * a.group + chunk * 16, min(16, a.group - chunk * 16)};
+  }
+}
 
 // The query rows a thread's fragments cover: rows lane/4 and lane/4 + 8 of its warp's 16.
 struct TcRows {
@@ -442,8 +495,8 @@ __device__ void tc_finish_rows(const AttnArgs& a, const TcRows& rows, const bool
 // RowWarps = 1: the four warps hold the same 16 rows over different keys;
 // merge them through shared memory (reusing the tile buffer) and write.
 template <typename T, int HD>
-__device__ void tc_merge_warps(const AttnArgs& a, int64_t row0, int64_t run_begin,
-                               int64_t run_end, TcState<HD>& st, void* smem) {
+__device__ void tc_merge_warps(const AttnArgs& a, TileRows tr, int64_t run_begin, int64_t run_end, TcState<HD>& st,
+                               void* smem) {
   static_assert(4 * 16 * (HD + 2) * sizeof(float) <= sizeof(TcTile<T, HD>), "merge buffer exceeds the tile");
   float* so = static_cast<float*>(smem);  // [warp][row][HD]
   float* sml = so + 4 * 16 * HD;          // [warp][row][2]
@@ -465,9 +518,9 @@ __device__ void tc_merge_warps(const AttnArgs& a, int64_t row0, int64_t run_begi
   __syncthreads();
   for (int idx = threadIdx.x; idx < 16 * HD; idx += kTcThreads) {
     const int r = idx / HD, d = idx % HD;
-    const int64_t flat = row0 + r;
+    const int64_t flat = tr.base + r;
     const int64_t token = flat / a.group;
-    if (token >= a.tokens || token < run_begin || token > run_end) continue;
+    if (r >= tr.count || token < run_begin || token > run_end) continue;
     float m = -INFINITY;
     for (int w = 0; w < 4; ++w)
       if (sml[(w * 16 + r) * 2 + 1] > 0.0f) m = fmaxf(m, sml[(w * 16 + r) * 2]);
@@ -484,25 +537,40 @@ __device__ void tc_merge_warps(const AttnArgs& a, int64_t row0, int64_t run_begi
   __syncthreads();  // before the next run's tiles overwrite the buffer
 }
 
+// Copies one tile of keys and values, [tile, tile + kTcKeys) clipped to end.
+template <typename T, int HD>
+__device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base, int64_t pos_stride, int64_t tile,
+                             int64_t end) {
+  for (int i = threadIdx.x; i < kTcKeys * HD / 8; i += kTcThreads) {
+    const int key = i / (HD / 8), col = (i % (HD / 8)) * 8;
+    const bool in_range = tile + key < end;
+    const int64_t offset = (in_range ? tile + key : 0) * pos_stride + col;
+    cp_async_16(&s.k[key][col], k_base + offset, in_range);
+    cp_async_16(&s.v[key][col], v_base + offset, in_range);
+  }
+  cp_async_commit();
+}
+
 template <typename T, int HD, int RowWarps>
 __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnArgs a) {
   constexpr int kKeyWarps = 4 / RowWarps;
   constexpr int kWarpKeys = kTcKeys / kKeyWarps;
-  __shared__ __align__(16) unsigned char smem[sizeof(TcTile<T, HD>)];
-  auto& tile_buf = *reinterpret_cast<TcTile<T, HD>*>(smem);
+  constexpr int kStages = tc_stages(RowWarps);
+  extern __shared__ __align__(16) unsigned char smem[];  // kStages tiles
+  auto* buf = reinterpret_cast<TcTile<T, HD>*>(smem);
   start_after_producers();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t kvh = blockIdx.y;
-  const int64_t rows_total = a.tokens * a.group;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16 * RowWarps;
-  const int64_t warp_row0 = row0 + 16 * (warp % RowWarps);
+  const TileRows tr = tile_rows<RowWarps>(a);
+  const int warp_row0 = 16 * (warp % RowWarps);
   const int k0 = kWarpKeys * (warp / RowWarps);
 
   TcRows rows;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int64_t flat = warp_row0 + lane / 4 + 8 * i;
-    rows.valid[i] = flat < rows_total;
+    const int r = warp_row0 + lane / 4 + 8 * i;
+    const int64_t flat = tr.base + r;
+    rows.valid[i] = r < tr.count;
     rows.token[i] = rows.valid[i] ? flat / a.group : 0;
     rows.head[i] = kvh * a.group + flat % a.group;
   }
@@ -510,9 +578,9 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
   load_query_fragments<T, HD>(a, rows, qf);
   const float scale_log2 = a.scale * kLog2e;
   const int64_t pos_stride = a.num_kv_heads * HD;
-  const int64_t last_token = min(a.tokens - 1, (row0 + 16 * RowWarps - 1) / a.group);
+  const int64_t last_token = (tr.base + tr.count - 1) / a.group;
 
-  for (int64_t run_begin = row0 / a.group; run_begin <= last_token;) {
+  for (int64_t run_begin = tr.base / a.group; run_begin <= last_token;) {
     const int32_t slot = a.slots[run_begin];
     int64_t run_end = run_begin;
     int64_t len = static_cast<int64_t>(a.positions[run_begin]) + 1;
@@ -530,29 +598,47 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
     const int64_t tiles_per_split = ceil_div(ceil_div(len, kTcKeys), a.splits);
     const int64_t begin = blockIdx.z * tiles_per_split * kTcKeys;
     const int64_t end = min(len, begin + tiles_per_split * kTcKeys);
+    const int64_t tiles = end > begin ? ceil_div(end - begin, kTcKeys) : 0;
     const T* k_base = static_cast<const T*>(a.k_cache) + slot * a.slot_stride + kvh * HD;
     const T* v_base = static_cast<const T*>(a.v_cache) + slot * a.slot_stride + kvh * HD;
+    // Tile i goes to buffer i % kStages; kStages - 1 tiles ahead are in flight.
+    const auto load = [&](int64_t i) {
+      if (i < tiles)
+        load_kv_tile<T, HD>(buf[i % kStages], k_base, v_base, pos_stride, begin + i * kTcKeys, end);
+    };
+    for (int i = 0; i < kStages - 1; ++i) load(i);
     TcState<HD> st;
     st.reset();
-    for (int64_t tile = begin; tile < end; tile += kTcKeys) {
-      for (int i = threadIdx.x; i < kTcKeys * HD / 8; i += kTcThreads) {
-        const int key = i / (HD / 8), col = (i % (HD / 8)) * 8;
-        const bool in_range = tile + key < end;
-        const int64_t offset = (in_range ? tile + key : 0) * pos_stride + col;
-        cp_async_16(&tile_buf.k[key][col], k_base + offset, in_range);
-        cp_async_16(&tile_buf.v[key][col], v_base + offset, in_range);
-      }
-      cp_async_wait_all();
+    for (int64_t i = 0; i < tiles; ++i) {
+      load(i + kStages - 1);
+      if (i + kStages - 1 < tiles)
+        cp_async_wait_group<kStages - 1>();  // every group but the newest kStages - 1 has landed
+      else
+        cp_async_wait_group<0>();
       __syncthreads();
-      tc_attend_tile<T, HD, kWarpKeys>(tile_buf, k0, tile, limit, scale_log2, qf, st);
-      __syncthreads();
+      tc_attend_tile<T, HD, kWarpKeys>(buf[i % kStages], k0, begin + i * kTcKeys, limit, scale_log2, qf, st);
+      __syncthreads();  // buffer i % kStages is free for tile i + kStages
     }
     if constexpr (RowWarps == 1)
-      tc_merge_warps<T, HD>(a, row0, run_begin, run_end, st, smem);
+      tc_merge_warps<T, HD>(a, tr, run_begin, run_end, st, smem);
     else
       tc_finish_rows<T, HD>(a, rows, active, st);
     run_begin = run_end + 1;
   }
+  if (a.splits > 1 && arrive_last_split(a))
+    merge_splits<T, HD>(a, tr.count, [&](int r) {
+      const int64_t flat = tr.base + r;
+      return flat / a.group * a.num_heads + kvh * a.group + flat % a.group;
+    });
+}
+
+template <typename T, int HD, int RowWarps>
+void launch_tensor_core_kernel(dim3 grid, const AttnArgs& args, cudaStream_t stream) {
+  const auto kernel = attention_tensor_core_kernel<T, HD, RowWarps>;
+  constexpr int kSmem = tc_stages(RowWarps) * static_cast<int>(sizeof(TcTile<T, HD>));
+  // Over 48 KB of shared memory needs the opt-in, per device: set it each time (a host-side attribute).
+  LS_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  LS_LAUNCH("attention_tensor_core_kernel", kernel, grid, dim3(kTcThreads), kSmem, stream, args);
 }
 
 template <typename T, int HD>
@@ -560,25 +646,19 @@ void launch_attention_tensor_core(const AttentionParams& p, int num_sms, cudaStr
   const KvCacheShape& c = p.cache;
   const int group = static_cast<int>(p.num_heads / c.num_kv_heads);
   // Prefill-like batches (long runs of one slot) fill 64-row tiles; decode
-  // batches use 16-row tiles with the warps splitting the keys.
+  // batches use one token's q heads (16 at a time) with the warps splitting the keys.
   const bool wide = p.tokens_per_sequence_hint * group >= 48;
-  const int64_t tile_rows = wide ? 64 : 16;
-  const int64_t row_tiles = ceil_div(p.tokens * group, tile_rows);
+  const int head_chunks = wide ? 1 : static_cast<int>(ceil_div(group, 16));
+  const int64_t row_tiles = wide ? ceil_div(p.tokens * group, 64) : p.tokens * head_chunks;
   const int64_t base = row_tiles * c.num_kv_heads;
-  int splits = choose_splits(base, c.max_seq, num_sms);
-  const int64_t bytes_per_split = p.tokens * p.num_heads * (HD + 2) * 4;
-  splits = static_cast<int>(std::min<int64_t>(splits, std::max<int64_t>(1, p.workspace_bytes / bytes_per_split)));
-  if (splits > 1) LS_OP_REQUIRE(p.workspace != nullptr, "attention", "no workspace for {} splits", splits);
-  const AttnArgs args = make_attn_args(p, HD, group, 1, splits);
+  const int splits = splits_that_fit(p, HD, choose_splits(base, c.max_seq, num_sms), base, num_sms);
+  const AttnArgs args = make_attn_args(p, HD, group, head_chunks, splits, num_sms);
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(c.num_kv_heads),
                   static_cast<unsigned>(splits));
   if (wide)
-    LS_LAUNCH("attention_tensor_core_kernel", (attention_tensor_core_kernel<T, HD, 4>), grid, dim3(kTcThreads), 0,
-              stream, args);
+    launch_tensor_core_kernel<T, HD, 4>(grid, args, stream);
   else
-    LS_LAUNCH("attention_tensor_core_kernel", (attention_tensor_core_kernel<T, HD, 1>), grid, dim3(kTcThreads), 0,
-              stream, args);
-  launch_combine<T, HD>(p, args, stream);
+    launch_tensor_core_kernel<T, HD, 1>(grid, args, stream);
 }
 
 template <typename T, int HD>
@@ -587,16 +667,11 @@ void launch_attention(const AttentionParams& p, int num_sms, cudaStream_t stream
   const int group = static_cast<int>(p.num_heads / c.num_kv_heads);
   const int head_chunks = static_cast<int>(ceil_div(group, kMaxGroup));
   const int64_t base = p.tokens * c.num_kv_heads * head_chunks;
-  const int splits = choose_splits(base, c.max_seq, num_sms);
-  const int64_t entries = p.tokens * p.num_heads * splits;
-  if (splits > 1)
-    LS_OP_REQUIRE(p.workspace != nullptr && entries * (HD + 2) * 4 <= p.workspace_bytes, "attention",
-                  "workspace of {} bytes is too small for {} partial results", p.workspace_bytes, entries);
-  const AttnArgs args = make_attn_args(p, HD, group, head_chunks, splits);
+  const int splits = splits_that_fit(p, HD, choose_splits(base, c.max_seq, num_sms), base, num_sms);
+  const AttnArgs args = make_attn_args(p, HD, group, head_chunks, splits, num_sms);
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(c.num_kv_heads * head_chunks),
                   static_cast<unsigned>(splits));
   LS_LAUNCH("attention_kernel", attention_kernel<T, HD>, grid, dim3(kThreads), 0, stream, args);
-  launch_combine<T, HD>(p, args, stream);
 }
 
 }  // namespace
@@ -604,9 +679,13 @@ void launch_attention(const AttentionParams& p, int num_sms, cudaStream_t stream
 int64_t attention_workspace_bytes(int num_sms) {
   // Splits are used only while the blocks without splits are fewer than
   // 2·SMs, and then (blocks without splits)·splits < 4·SMs; a block holds at
-  // most 8 heads (CUDA cores) or 16 query rows (tensor cores) of one token
-  // range. Larger tiles (prefill) use as many splits as this holds.
-  return static_cast<int64_t>(4) * num_sms * std::max(kMaxGroup, 16) * (kMaxHeadDim + 2) * 4;
+  // most 8 heads (CUDA cores) or 16 query rows (tensor-core decode) of one
+  // token. Larger tiles (prefill) use as many splits as this holds.
+  return counter_bytes(num_sms) + int64_t{4} * num_sms * std::max(kMaxGroup, 16) * (kMaxHeadDim + 2) * 4;
+}
+
+void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream) {
+  LS_CHECK_CUDA(cudaMemsetAsync(workspace, 0, static_cast<size_t>(counter_bytes(num_sms)), stream));
 }
 
 void attention(const AttentionParams& p, int num_sms, cudaStream_t stream) {

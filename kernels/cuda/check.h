@@ -6,7 +6,8 @@
 // the launch gap between the small kernels of a decode step. The contract
 // for every kernel launched through LS_LAUNCH: call wait_for_producers()
 // (device_math.cuh) before reading or writing anything another kernel
-// touches; before it, only index math.
+// touches; before it, only index math and reads of what no kernel writes
+// (the weights).
 // A failure throws a lockstep::Error naming the statement (or kernel), the
 // error string, the rank, the device and file:line.
 #pragma once

@@ -49,24 +49,44 @@ struct GemvArgs {
   int64_t inter;
 };
 
-// acc[m][r] = x[r, :]·w_m[:] over one warp (lanes stride over `in`), for M
-// weight rows read together. Each round has kRoundBytes of weights per warp
-// in flight (unrolled over the row), which matters for the narrow products
-// (4096 outputs: one warp each is too few loads in flight with less).
-template <typename T, int R, int M>
-__device__ __forceinline__ void warp_dots(const T* x, int64_t x_stride, const T* const (&w)[M], int64_t in,
-                                          float (&acc)[M][R]) {
-  constexpr int N = kVec16<T>;
-  constexpr int kRoundBytes = 4096;
-  constexpr int kUnroll = kRoundBytes / (32 * 16 * M);
-  const int lane = threadIdx.x % 32;
-  int64_t c = static_cast<int64_t>(lane) * N;
-  for (; c + (kUnroll - 1) * 32 * N < in; c += kUnroll * 32 * N) {
-    Vec<T, N> wv[M][kUnroll];
+// One warp's dot products acc[m][r] = x[r, :]·w_m[:] for M weight rows read
+// together, the lanes striding over `in`. Each round has kRoundBytes of
+// weights per warp in flight (unrolled over the row), which matters for the
+// narrow products (4096 outputs: one warp each is too few loads in flight
+// with less).
+template <typename T, int M>
+struct GemvRound {
+  static constexpr int N = kVec16<T>;
+  static constexpr int kUnroll = 4096 / (32 * 16 * M);
+  static constexpr int64_t kElems = int64_t{kUnroll} * 32 * N;  // per warp
+  Vec<T, N> w[M][kUnroll];
+
+  // Whether the round at lane column c is a whole one.
+  static __device__ bool whole(int64_t c, int64_t in) { return c + (kUnroll - 1) * 32 * N < in; }
+
+  __device__ void load(const T* const (&rows)[M], int64_t c) {
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[m][u] = load_streaming(w[m] + c + u * 32 * N);
+      for (int u = 0; u < kUnroll; ++u) w[m][u] = load_streaming(rows[m] + c + u * 32 * N);
+  }
+
+  // Keeps the compiler from converting loaded weights to float before this
+  // point (an opaque asm per register), so that a round loaded ahead of a
+  // wait is held as 16-bit pairs, not twice the registers as floats.
+  __device__ void hold() {
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        auto* words = reinterpret_cast<uint32_t*>(&w[m][u]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(words[i]));
+      }
+  }
+
+  template <int R>
+  __device__ void apply(const T* x, int64_t x_stride, int64_t c, float (&acc)[M][R]) const {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
@@ -76,9 +96,17 @@ __device__ __forceinline__ void warp_dots(const T* x, int64_t x_stride, const T*
 #pragma unroll
         for (int m = 0; m < M; ++m)
 #pragma unroll
-          for (int e = 0; e < N; ++e) acc[m][r] += wv[m][u].get(e) * xv.get(e);
+          for (int e = 0; e < N; ++e) acc[m][r] += w[m][u].get(e) * xv.get(e);
       }
   }
+};
+
+// The columns after the whole rounds, one vector per lane at a time, and
+// the sums over the warp.
+template <typename T, int R, int M>
+__device__ void finish_dots(const T* x, int64_t x_stride, const T* const (&w)[M], int64_t c, int64_t in,
+                            float (&acc)[M][R]) {
+  constexpr int N = kVec16<T>;
   for (; c < in; c += 32 * N)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -99,18 +127,34 @@ __device__ __forceinline__ void warp_dots(const T* x, int64_t x_stride, const T*
 
 // y[r, o] = x[r, :]·W[o, :] (+ bias[o]) for r < R: warp w of block b owns
 // output feature o = b·kGemvWarps + w (with SiLU·mul, features o and
-// o + inter).
+// o + inter). The warp loads its first round of weights before it waits for
+// the kernel that produces x: no kernel writes weights, and so the weight
+// stream starts while the previous kernel finishes.
 template <typename T, int R, bool kSilu>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
-  start_after_producers();
   constexpr int M = kSilu ? 2 : 1;
+  using Round = GemvRound<T, M>;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
   if (o >= (kSilu ? a.inter : a.out)) return;
   const T* w[M];
-  float acc[M][R] = {};
 #pragma unroll
   for (int m = 0; m < M; ++m) w[m] = a.w + (o + m * a.inter) * a.in;
-  warp_dots<T, R, M>(a.x, a.x_stride, w, a.in, acc);
+  float acc[M][R] = {};
+  int64_t c = static_cast<int64_t>(threadIdx.x % 32) * Round::N;
+  Round round;
+  const bool first_whole = Round::whole(c, a.in);
+  if (first_whole) round.load(w, c);
+  start_after_producers();
+  if (first_whole) {
+    round.hold();
+    round.apply(a.x, a.x_stride, c, acc);
+    c += Round::kElems;
+  }
+  for (; Round::whole(c, a.in); c += Round::kElems) {
+    round.load(w, c);
+    round.apply(a.x, a.x_stride, c, acc);
+  }
+  finish_dots<T, R, M>(a.x, a.x_stride, w, c, a.in, acc);
   if (threadIdx.x % 32 != 0) return;
   const auto biased = [&](int m, int r) {
     return acc[m][r] + (a.bias != nullptr ? to_float(a.bias[o + m * a.inter]) : 0.0f);

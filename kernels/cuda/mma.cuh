@@ -66,7 +66,15 @@ __device__ __forceinline__ void cp_async_16(void* shared_dst, const void* global
                "l"(global_src), "r"(valid ? 16 : 0));
 }
 
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// The copies issued since the last commit form one group; wait_group<N>
+// returns once at most N groups are still in flight (a pipeline of N + 1
+// stages waits for its oldest).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // Two floats as one register of two 16-bit operands (lo in the low half).
 template <typename T>

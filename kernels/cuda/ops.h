@@ -26,9 +26,12 @@ void argmax(const ArgmaxParams& p, cudaStream_t stream);
 void sample(const SampleParams& p, cudaStream_t stream);
 
 // Attention splits each sequence over several blocks (flash-decoding) when
-// the batch alone does not fill the GPU; the partial results go to
-// p.workspace, which must hold attention_workspace_bytes(num_sms) bytes.
+// the batch alone does not fill the GPU; the partial results and the splits'
+// counters go to p.workspace, which must hold attention_workspace_bytes(num_sms)
+// bytes and be cleared once with clear_attention_workspace before its first
+// use (each attention call leaves the counters cleared).
 void attention(const AttentionParams& p, int num_sms, cudaStream_t stream);
 int64_t attention_workspace_bytes(int num_sms);
+void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream);
 
 }  // namespace lockstep::cuda

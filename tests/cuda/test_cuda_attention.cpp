@@ -68,7 +68,8 @@ class CudaAttentionTest : public CudaOpTest {
     const int64_t longest = fill_layout(ac, cache.max_seq, rng, slots, pos);
     DeviceArray d_k(k, dt), d_v(v, dt), d_qkv(qkv, dt), d_slots(slots), d_pos(pos);
     DeviceArray d_out(ac.tokens * ac.heads * ac.head_dim, dt);
-    DeviceArray d_ws(cuda::attention_workspace_bytes(num_sms_) / 4, DType::kF32);
+    DeviceArray d_ws(cuda::attention_workspace_bytes(num_sms_) / 4, DType::kF32);  // filled with 0xff
+    cuda::clear_attention_workspace(d_ws.get(), num_sms_, stream_);
     KvAppendParams ap{.qkv = d_qkv.get(), .k_cache = d_k.get(), .v_cache = d_v.get(), .slots = d_slots.ints(),
                       .positions = d_pos.ints(), .tokens = ac.tokens, .num_heads = ac.heads, .cache = cache,
                       .dtype = dt};
@@ -88,6 +89,13 @@ class CudaAttentionTest : public CudaOpTest {
                        stream_);
     cuda::attention(p, num_sms_, stream_);
     sync();
+    // The split blocks count themselves in the workspace and the last one
+    // merges: a second call on the same workspace must find the counts
+    // cleared and give the same output, bit for bit.
+    const std::vector<float> first = d_out.download();
+    cuda::attention(p, num_sms_, stream_);
+    sync();
+    EXPECT_EQ(d_out.download(), first) << "second call on the same workspace, " << describe(ac);
     std::vector<float> want(static_cast<size_t>(ac.tokens * ac.heads * ac.head_dim));
     KvAppendParams cap = ap;
     cap.qkv = qkv.data(), cap.k_cache = k.data(), cap.v_cache = v.data(), cap.slots = slots.data();
