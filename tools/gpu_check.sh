@@ -6,10 +6,11 @@
 # table is printed last.
 #   tools/gpu_check.sh [DEBS_DIR [STAGE...]]
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
-# all): tests sanitize e2e bench_small tp; on request racecheck_ours, linear
+# all): tests sanitize e2e bench_small tp; on request linear
 # (benchmarks/linear_bench: the weight stream per layer shape), bench_8b
 # (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl,
-# bench_8b_sample and profile_8b (after one of the two). The build always runs.
+# bench_8b_sample and profile_8b (after one of the two). The build runs
+# unless NO_BUILD=1 finds one.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep_out}
 mkdir -p "$OUT"
@@ -17,7 +18,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small tp}  # also: racecheck_ours linear bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
+STAGES=${*:-tests sanitize e2e bench_small tp}  # also: linear bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -29,7 +30,7 @@ dpkg -l | grep -E "spdlog|gtest|googletest|cli11|pcre2|utf8proc|nlohmann|openmpi
 nvidia-smi -L | tee "$OUT/gpu.txt"
 CMAKE_EXTRA=()
 if [ -n "$DEBS" ] && [ -d "$DEBS" ]; then
-  for f in "$DEBS"/*.deb; do dpkg -x "$f" /tmp/sysroot; done
+  [ -d /tmp/sysroot ] || for f in "$DEBS"/*.deb; do dpkg -x "$f" /tmp/sysroot; done
   export PKG_CONFIG_LIBDIR=/tmp/sysroot/usr/lib/x86_64-linux-gnu/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=/tmp/sysroot
   export LD_LIBRARY_PATH=/tmp/sysroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -37,14 +38,20 @@ if [ -n "$DEBS" ] && [ -d "$DEBS" ]; then
 fi
 
 BUILD=/tmp/lockstep_build
-cmake -S "$SRC" -B "$BUILD" -DLOCKSTEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a "${CMAKE_EXTRA[@]}" \
-  > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; note "cmake FAILED"; }
-if make -C "$BUILD" -j16 > "$OUT/build.log" 2>&1; then
-  note "build ok"
+# NO_BUILD=1: use the build an earlier invocation made (invocations running
+# side by side must not configure the same build directory at once).
+if [ "${NO_BUILD:-0}" = 1 ] && [ -x "$BUILD/lockstep_tests" ]; then
+  note "build reused"
 else
-  grep -E "error" "$OUT/build.log" | head -30
-  echo "== build FAILED"
-  exit 1
+  cmake -S "$SRC" -B "$BUILD" -DLOCKSTEP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a "${CMAKE_EXTRA[@]}" \
+    > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; note "cmake FAILED"; }
+  if make -C "$BUILD" -j16 > "$OUT/build.log" 2>&1; then
+    note "build ok"
+  else
+    grep -E "error" "$OUT/build.log" | head -30
+    echo "== build FAILED"
+    exit 1
+  fi
 fi
 T="$BUILD/lockstep_tests"
 L="$BUILD/lockstep"
@@ -56,22 +63,34 @@ if want tests; then
   grep -E "Failure|error:|Expected|worst" "$OUT/tests.log" | head -40
 fi
 
-# sanitize: memcheck and racecheck over every GPU test; racecheck_ours: racecheck
-# without the linear test, whose cuBLASLt kernels are not ours to fix.
-for stage in sanitize racecheck_ours; do
-  want $stage || continue
-  # SANITIZE_FILTER: a narrower set of tests (e.g. the kernels a change touched) when time is short.
-  tools="memcheck racecheck"; filter=${SANITIZE_FILTER:-'CudaOpTest*:CudaAttentionTest*'}
-  # racecheck is slow: the mixed-run attention test (both tilings, up to 111 tokens) stands for attention.
-  [ $stage = racecheck_ours ] && { tools=racecheck; filter='CudaOpTest*:CudaAttentionTest.MixedRuns*:-CudaOpTest.LinearMatchesCpu'; }
-  for tool in $tools; do
-    timeout ${SANITIZER_TIMEOUT_S:-200} compute-sanitizer --tool $tool --error-exitcode 9 "$T" --gtest_filter="$filter" \
-      > "$OUT/$tool.log" 2>&1
-    note "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
-    grep -E "^========= (Error|Warning|Race|Invalid)|^=========     in |at .* in .*kernel" "$OUT/$tool.log" \
-      | sed 's/0x[0-9a-f]*//g' | sort | uniq -c | sort -rn | head -12
+# sanitize: compute-sanitizer memcheck and racecheck over the GPU op tests,
+# one process per (tool, test) and up to 16 at a time, each under
+# SANITIZER_TIMEOUT_S. Racecheck skips LinearMatchesCpu: its kernels are
+# cuBLASLt's (not ours) and our GEMV uses no shared memory. SANITIZE_FILTER
+# narrows the tests (e.g. the kernels a change touched).
+sanitize_one() {  # TOOL TEST
+  timeout "$SANITIZER_TIMEOUT_S" compute-sanitizer --tool "$1" --error-exitcode 9 "$T" --gtest_brief=1 \
+    --gtest_filter="$2" > "$OUT/sanitize/$1.$2.log" 2>&1
+  echo "$1 $2 rc=$?" >> "$OUT/sanitize/rc.txt"
+}
+if want sanitize; then
+  mkdir -p "$OUT/sanitize"
+  "$T" --gtest_list_tests --gtest_filter="${SANITIZE_FILTER:-CudaOpTest*:CudaAttentionTest*}" |
+    awk '/^[^ ]/{suite=$1} /^  /{print suite $1}' > "$OUT/sanitize/tests.txt"
+  export -f sanitize_one
+  export T OUT SANITIZER_TIMEOUT_S=${SANITIZER_TIMEOUT_S:-200}
+  { sed 's/^/memcheck /' "$OUT/sanitize/tests.txt"
+    grep -v -x 'CudaOpTest.LinearMatchesCpu' "$OUT/sanitize/tests.txt" | sed 's/^/racecheck /'; } |
+    xargs -P 16 -L 1 bash -c 'sanitize_one "$@"' _
+  for tool in memcheck racecheck; do
+    runs=$(grep -c "^$tool " "$OUT/sanitize/rc.txt")
+    clean=$(grep -l -E "(ERROR|RACECHECK) SUMMARY: 0 (errors|hazards)" "$OUT"/sanitize/$tool.*.log | wc -l)
+    note "$tool: $clean of $runs tests reached a clean summary; not clean: $(grep "^$tool " "$OUT/sanitize/rc.txt" |
+      grep -v 'rc=0' | tr '\n' ' ')"
+    grep -h -E "^========= (Error|Warning|Race|Invalid)|^=========     in |SUMMARY|FAILED" "$OUT"/sanitize/$tool.*.log |
+      grep -v -E "SUMMARY: 0 (errors|hazards)" | sed 's/0x[0-9a-f]*//g' | sort | uniq -c | sort -rn | head -12
   done
-done
+fi
 
 M=/tmp/small_model
 if want e2e; then
@@ -174,13 +193,18 @@ fi
 
 # profile_8b: every kernel's duration (ncu) in one eager decode step of
 # llama3-8b at batch PROFILE_BATCH (default 1), summed by kernel (after
-# bench_8b_lockstep, which makes the model).
+# bench_8b_lockstep, which makes the model). With PROFILE_LAYER=N only layer
+# N's kernels are profiled (an NVTX range; much faster at large batches,
+# whose context fill is thousands of kernels) and one decode period of it is
+# summed.
 if want profile_8b; then
+  NVTX=(); PERIOD=()
+  [ -n "${PROFILE_LAYER:-}" ] && { NVTX=(--nvtx --nvtx-include "layer ${PROFILE_LAYER}/"); PERIOD=(--layer); }
   timeout ${PROFILE_TIMEOUT_S:-150} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    "$L" bench --model /tmp/llama3_8b_random --batch ${PROFILE_BATCH:-1} --ctx 1024 --steps 8 --prefill 64 --eager \
-    > "$OUT/profile_8b.csv" 2> "$OUT/profile_8b.log"
+    "${NVTX[@]}" "$L" bench --model /tmp/llama3_8b_random --batch ${PROFILE_BATCH:-1} --ctx 1024 --steps 4 \
+    --prefill 64 --eager > "$OUT/profile_8b.csv" 2> "$OUT/profile_8b.log"
   note "profile 8b rc=$?"
-  python3 "$SRC/tools/kernel_times.py" "$OUT/profile_8b.csv" | tee "$OUT/profile_8b.txt"
+  python3 "$SRC/tools/kernel_times.py" "${PERIOD[@]}" "$OUT/profile_8b.csv" | tee "$OUT/profile_8b.txt"
 fi
 
 if want bench_8b; then

@@ -136,37 +136,60 @@ __device__ bool arrive_last_split(const AttnArgs& a) {
   return arrived == a.splits - 1;
 }
 
+// Shared memory the merge needs for `rows` rows: two floats per (row, split).
+__host__ __device__ constexpr int merge_scratch_bytes(int rows) { return 2 * rows * kMaxSplits * 4; }
+
 // The last split block's merge: for each of its `rows` query rows (row r is
 // head row head_row(r) = token·num_heads + head), the output from every
 // split's (max, sum, partial output), read from L2 (other blocks wrote
-// them). One thread per four output dimensions of a row. An empty split
-// (sum 0) adds nothing, whatever its partial output holds.
+// them). The (max, sum) pairs of all rows and splits are read at once into
+// `scratch` (merge_scratch_bytes(rows) of shared memory) and turned into one
+// weight per split; then one thread per four output dimensions of a row sums
+// the weighted partial outputs with all their loads in flight. An empty split
+// (sum 0) has weight 0 and adds nothing, whatever its partial output holds.
 template <typename T, int HD, typename HeadRow>
-__device__ void merge_splits(const AttnArgs& a, int rows, HeadRow head_row) {
-  constexpr int kQuads = HD / 4;
-  for (int item = threadIdx.x; item < rows * kQuads; item += blockDim.x) {
-    const int64_t h = head_row(item / kQuads);
-    const int d = item % kQuads * 4;
-    const float* ml = a.ws_ml + h * a.splits * 2;
+__device__ void merge_splits(const AttnArgs& a, int rows, HeadRow head_row, float* scratch) {
+  const int n = rows * a.splits;
+  float* weight = scratch;  // [row][split]: the split's max, then its weight
+  float* sum = scratch + n;  // [row][split]: the split's softmax sum
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float* ml = a.ws_ml + (head_row(i / a.splits) * a.splits + i % a.splits) * 2;
+    weight[i] = __ldcg(ml);
+    sum[i] = __ldcg(ml + 1);
+  }
+  __syncthreads();
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    float* w = weight + r * a.splits;
+    const float* l = sum + r * a.splits;
     float m = -INFINITY;
     for (int i = 0; i < a.splits; ++i)
-      if (__ldcg(ml + 2 * i + 1) > 0.0f) m = fmaxf(m, __ldcg(ml + 2 * i));
+      if (l[i] > 0.0f) m = fmaxf(m, w[i]);
     float denom = 0.0f;
-    float sum[4] = {};
-    const float* acc = a.ws_acc + h * a.splits * HD + d;
-#pragma unroll 8
     for (int i = 0; i < a.splits; ++i) {
-      const float l = __ldcg(ml + 2 * i + 1);
-      const float4 partial = __ldcg(reinterpret_cast<const float4*>(acc + i * HD));
-      if (l <= 0.0f) continue;
-      const float w = expf(__ldcg(ml + 2 * i) - m);
-      denom += w * l;
-      sum[0] += w * partial.x, sum[1] += w * partial.y, sum[2] += w * partial.z, sum[3] += w * partial.w;
+      w[i] = l[i] > 0.0f ? expf(w[i] - m) : 0.0f;
+      denom += w[i] * l[i];
     }
-    Vec<T, 4> o;
+    for (int i = 0; i < a.splits; ++i) w[i] = denom > 0.0f ? w[i] / denom : 0.0f;
+  }
+  __syncthreads();
+  constexpr int kQuads = HD / 4;
+  for (int item = threadIdx.x; item < rows * kQuads; item += blockDim.x) {
+    const int r = item / kQuads;
+    const int d = item % kQuads * 4;
+    const int64_t h = head_row(r);
+    const float* w = weight + r * a.splits;
+    const float* acc = a.ws_acc + h * a.splits * HD + d;
+    float o[4] = {};
+#pragma unroll 16
+    for (int i = 0; i < a.splits; ++i) {
+      const float4 partial = __ldcg(reinterpret_cast<const float4*>(acc + i * HD));
+      if (w[i] <= 0.0f) continue;
+      o[0] += w[i] * partial.x, o[1] += w[i] * partial.y, o[2] += w[i] * partial.z, o[3] += w[i] * partial.w;
+    }
+    Vec<T, 4> out;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o.set(e, denom > 0.0f ? sum[e] / denom : 0.0f);
-    o.store(static_cast<T*>(a.out) + h * HD + d);
+    for (int e = 0; e < 4; ++e) out.set(e, o[e]);
+    out.store(static_cast<T*>(a.out) + h * HD + d);
   }
 }
 
@@ -247,8 +270,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
       }
     }
   }
-  if (a.splits > 1 && arrive_last_split(a))
-    merge_splits<T, HD>(a, G, [&](int r) { return t * a.num_heads + h0 + r; });
+  static_assert(merge_scratch_bytes(kMaxGroup) <= sizeof(s.p), "merge scratch exceeds the score buffer");
+  if (a.splits > 1 && arrive_last_split(a))  // s.p is free: the last tile is done
+    merge_splits<T, HD>(a, G, [&](int r) { return t * a.num_heads + h0 + r; }, &s.p[0][0]);
 }
 
 int choose_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
@@ -458,7 +482,7 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
 }
 
 // Writes one row's result: normalized output (one split) or the partial
-// state for the combine kernel (m in natural-log units, as it expects).
+// state for the merge of the splits (m in natural-log units, as it expects).
 template <typename T, int HD>
 __device__ void tc_store_row(const AttnArgs& a, int64_t token, int64_t head, int d, float value_sum, float m_log2,
                              float l) {
@@ -625,11 +649,15 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       tc_finish_rows<T, HD>(a, rows, active, st);
     run_begin = run_end + 1;
   }
-  if (a.splits > 1 && arrive_last_split(a))
-    merge_splits<T, HD>(a, tr.count, [&](int r) {
-      const int64_t flat = tr.base + r;
-      return flat / a.group * a.num_heads + kvh * a.group + flat % a.group;
-    });
+  static_assert(merge_scratch_bytes(16 * RowWarps) <= sizeof(TcTile<T, HD>), "merge scratch exceeds a key tile");
+  if (a.splits > 1 && arrive_last_split(a))  // the key tiles are free: every copy has landed
+    merge_splits<T, HD>(
+        a, tr.count,
+        [&](int r) {
+          const int64_t flat = tr.base + r;
+          return flat / a.group * a.num_heads + kvh * a.group + flat % a.group;
+        },
+        reinterpret_cast<float*>(smem));
 }
 
 template <typename T, int HD, int RowWarps>
