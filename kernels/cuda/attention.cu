@@ -37,6 +37,7 @@ constexpr int kTile = kThreads;  // keys per tile: one per thread when scoring
 constexpr int kMaxGroup = 8;     // q heads per block
 constexpr int kMaxSplits = 32;
 constexpr int kMinKeysPerSplit = 64;  // a split shorter than a key tile (kTcKeys) half-fills it
+constexpr int kFillBlocksPerSm = 2;   // sequences are split until the grid has this many blocks per SM
 constexpr int kMaxHeadDim = 256;
 
 struct AttnArgs {
@@ -276,16 +277,18 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
 }
 
 int choose_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
-  if (base_blocks >= 2 * num_sms) return 1;
-  const int64_t fill = ceil_div(2 * num_sms, base_blocks);
+  const int64_t fill_blocks = int64_t{kFillBlocksPerSm} * num_sms;
+  if (base_blocks >= fill_blocks) return 1;
+  const int64_t fill = ceil_div(fill_blocks, base_blocks);
   const int64_t by_length = std::max<int64_t>(1, max_seq / kMinKeysPerSplit);
   return static_cast<int>(std::min<int64_t>({kMaxSplits, fill, by_length}));
 }
 
 // The workspace: the split counters, one per block of a split-free grid
-// (fewer than 2·SMs whenever there are splits), then the splits' partial
-// outputs [tokens, heads, splits, head_dim], then their (max, sum) pairs.
-int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{2} * num_sms * 4, 256) * 256; }
+// (fewer than kFillBlocksPerSm·SMs whenever there are splits), then the
+// splits' partial outputs [tokens, heads, splits, head_dim], then their
+// (max, sum) pairs.
+int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kFillBlocksPerSm} * num_sms * 4, 256) * 256; }
 
 AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits,
                         int num_sms) {
@@ -318,7 +321,7 @@ int splits_that_fit(const AttentionParams& p, int head_dim, int wanted, int64_t 
   const int splits =
       static_cast<int>(std::min<int64_t>(wanted, std::max<int64_t>(1, room / std::max<int64_t>(1, bytes_per_split))));
   if (splits > 1)
-    LS_OP_REQUIRE(p.workspace != nullptr && base_blocks < 2 * num_sms, "attention",
+    LS_OP_REQUIRE(p.workspace != nullptr && base_blocks < int64_t{kFillBlocksPerSm} * num_sms, "attention",
                   "no workspace for {} splits of {} blocks", splits, base_blocks);
   return splits;
 }
@@ -706,10 +709,12 @@ void launch_attention(const AttentionParams& p, int num_sms, cudaStream_t stream
 
 int64_t attention_workspace_bytes(int num_sms) {
   // Splits are used only while the blocks without splits are fewer than
-  // 2·SMs, and then (blocks without splits)·splits < 4·SMs; a block holds at
-  // most 8 heads (CUDA cores) or 16 query rows (tensor-core decode) of one
-  // token. Larger tiles (prefill) use as many splits as this holds.
-  return counter_bytes(num_sms) + int64_t{4} * num_sms * std::max(kMaxGroup, 16) * (kMaxHeadDim + 2) * 4;
+  // F = kFillBlocksPerSm·SMs, and then (blocks without splits)·splits < 2F;
+  // a block holds at most 8 heads (CUDA cores) or 16 query rows (tensor-core
+  // decode) of one token. Larger tiles (prefill) use as many splits as this
+  // holds.
+  return counter_bytes(num_sms) +
+         int64_t{2} * kFillBlocksPerSm * num_sms * std::max(kMaxGroup, 16) * (kMaxHeadDim + 2) * 4;
 }
 
 void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream) {
