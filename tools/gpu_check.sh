@@ -64,7 +64,7 @@ if want tests; then
 fi
 
 # sanitize: compute-sanitizer memcheck and racecheck over the GPU op tests,
-# one process per (tool, test) and up to 16 at a time, each under
+# one process per (tool, test), up to 32 at a time (all of them), each under
 # SANITIZER_TIMEOUT_S. Racecheck skips LinearMatchesCpu: its kernels are
 # cuBLASLt's (not ours) and our GEMV uses no shared memory. SANITIZE_FILTER
 # narrows the tests (e.g. the kernels a change touched).
@@ -81,7 +81,7 @@ if want sanitize; then
   export T OUT SANITIZER_TIMEOUT_S=${SANITIZER_TIMEOUT_S:-200}
   { sed 's/^/memcheck /' "$OUT/sanitize/tests.txt"
     grep -v -x 'CudaOpTest.LinearMatchesCpu' "$OUT/sanitize/tests.txt" | sed 's/^/racecheck /'; } |
-    xargs -P 16 -L 1 bash -c 'sanitize_one "$@"' _
+    xargs -P 32 -L 1 bash -c 'sanitize_one "$@"' _
   for tool in memcheck racecheck; do
     runs=$(grep -c "^$tool " "$OUT/sanitize/rc.txt")
     clean=$(grep -l -E "(ERROR|RACECHECK) SUMMARY: 0 (errors|hazards)" "$OUT"/sanitize/$tool.*.log | wc -l)
