@@ -55,7 +55,7 @@ int64_t fill_layout(const AttnCase& ac, int64_t max_seq, std::mt19937& rng, std:
 }
 
 class CudaAttentionTest : public CudaOpTest {
- protected:
+ public:
   void run_case(const AttnCase& ac, DType dt, std::mt19937& rng) {
     const KvCacheShape cache{.num_slots = ac.layout == Layout::kPrefill ? 2 : ac.tokens, .max_seq = 1200, .num_kv_heads = ac.kv_heads,
                              .head_dim = ac.head_dim};
@@ -109,6 +109,8 @@ class CudaAttentionTest : public CudaOpTest {
     expect_close(d_v.download(), v, DType::kF32, "kv_append V " + describe(ac));
     expect_close(d_out.download(), want, dt, "attention " + describe(ac));
   }
+
+ protected:
   int num_sms() {
     int n = 0;
     LS_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
@@ -121,18 +123,23 @@ class CudaAttentionTest : public CudaOpTest {
   int num_sms_ = 0;
 };
 
-TEST_F(CudaAttentionTest, DecodeMatchesCpu) {
-  std::mt19937 rng(11);
-  for (DType dt : all_dtypes())
-    for (int64_t tokens : odd_rows()) {
-      if (tokens > 111) continue;  // one slot per token: the cache grows with the batch
-      for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 2}, {16, 1}})
-        for (int64_t hd : {64, 128}) run_case({tokens, heads, kv, hd, Layout::kDecode}, dt, rng);
-    }
-  run_case({3, 8, 1, 256, Layout::kDecode}, DType::kBF16, rng);
-  for (DType dt : all_dtypes())  // small heads (test models): the CUDA-core kernel with idle lanes
-    for (int64_t hd : {8, 16, 32}) run_case({7, 8, 2, hd, Layout::kDecode}, dt, rng);
+// Decode and mixed batches: one test per dtype, so that compute-sanitizer,
+// which runs a test at a time per process, can check them side by side.
+void decode_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int64_t tokens : odd_rows()) {
+    if (tokens > 111) continue;  // one slot per token: the cache grows with the batch
+    for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 2}, {16, 1}})
+      for (int64_t hd : {64, 128}) t.run_case({tokens, heads, kv, hd, Layout::kDecode}, dt, rng);
+  }
+  if (dt == DType::kBF16) t.run_case({3, 8, 1, 256, Layout::kDecode}, dt, rng);
+  for (int64_t hd : {8, 16, 32})  // small heads (test models): the CUDA-core kernel with idle lanes
+    t.run_case({7, 8, 2, hd, Layout::kDecode}, dt, rng);
 }
+
+TEST_F(CudaAttentionTest, DecodeMatchesCpuF32) { decode_cases(*this, DType::kF32, 11); }
+TEST_F(CudaAttentionTest, DecodeMatchesCpuBf16) { decode_cases(*this, DType::kBF16, 111); }
+TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16, 211); }
 
 TEST_F(CudaAttentionTest, PrefillMatchesCpu) {
   std::mt19937 rng(12);
@@ -150,14 +157,17 @@ TEST_F(CudaAttentionTest, PrefillMatchesCpu) {
 
 // Several sequences' runs in one batch, under the hint of the longest run
 // (64-row tiles that span runs) and under hint 1 (16-row tiles).
-TEST_F(CudaAttentionTest, MixedRunsMatchCpu) {
-  std::mt19937 rng(13);
-  for (DType dt : all_dtypes())
-    for (int64_t tokens : {7, 19, 111})
-      for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 1}})
-        for (int64_t hd : {64, 128})
-          for (int64_t hint : {0, 1}) run_case({tokens, heads, kv, hd, Layout::kMixed, hint}, dt, rng);
+void mixed_run_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int64_t tokens : {7, 19, 111})
+    for (auto [heads, kv] : {std::pair{2, 2}, {8, 2}, {10, 2}, {16, 1}})
+      for (int64_t hd : {64, 128})
+        for (int64_t hint : {0, 1}) t.run_case({tokens, heads, kv, hd, Layout::kMixed, hint}, dt, rng);
 }
+
+TEST_F(CudaAttentionTest, MixedRunsMatchCpuF32) { mixed_run_cases(*this, DType::kF32, 13); }
+TEST_F(CudaAttentionTest, MixedRunsMatchCpuBf16) { mixed_run_cases(*this, DType::kBF16, 113); }
+TEST_F(CudaAttentionTest, MixedRunsMatchCpuF16) { mixed_run_cases(*this, DType::kF16, 213); }
 
 }  // namespace
 }  // namespace lockstep

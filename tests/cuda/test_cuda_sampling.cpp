@@ -67,27 +67,31 @@ TEST_F(CudaOpTest, SampleMatchesCpuOnOddSizes) {
       }
 }
 
-// Coarse logits (many equal keys at every cut), and rows of infinities and NaNs.
-TEST_F(CudaOpTest, SampleMatchesCpuOnTiesAndInfinities) {
-  std::mt19937 rng(13);
-  std::mt19937_64 bits(14);
-  for (DType dt : all_dtypes())
-    for (int64_t cols : {7, 989, 32000}) {
-      const int64_t rows = 19;
-      std::vector<float> logits = random_values(rows * cols, dt, rng, 2.0f);
-      for (float& x : logits) x = std::round(x * 2.0f) / 2.0f;  // halves: exact in every dtype
-      auto row = [&](int64_t r) { return logits.begin() + r * cols; };
-      std::fill(row(0), row(1), -kInf);
-      row(0)[cols / 2] = 1.0f;  // one finite logit among -inf
-      std::fill(row(1), row(2), -kInf);  // all -inf: equal keys, equal weights
-      row(2)[1] = row(2)[cols - 1] = kInf;  // two +inf
-      for (int64_t c = 0; c < cols; c += 3) row(3)[c] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(row(4), row(5), 0.25f);  // one value everywhere
-      for (int repeat = 0; repeat < 4; ++repeat)
-        expect_same_ids(stream_, logits, dt, mixed_settings(rows, bits),
-                        SampleParams{.rows = rows, .cols = cols, .valid_cols = cols}, "ties " + label(rows, cols));
-    }
+// Coarse logits (many equal keys at every cut), and rows of infinities and
+// NaNs; one test per dtype, so that compute-sanitizer can run them side by side.
+void ties_and_infinities(cudaStream_t stream, DType dt, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::mt19937_64 bits(seed + 1);
+  for (int64_t cols : {7, 989, 32000}) {
+    const int64_t rows = 19;
+    std::vector<float> logits = random_values(rows * cols, dt, rng, 2.0f);
+    for (float& x : logits) x = std::round(x * 2.0f) / 2.0f;  // halves: exact in every dtype
+    auto row = [&](int64_t r) { return logits.begin() + r * cols; };
+    std::fill(row(0), row(1), -kInf);
+    row(0)[cols / 2] = 1.0f;  // one finite logit among -inf
+    std::fill(row(1), row(2), -kInf);  // all -inf: equal keys, equal weights
+    row(2)[1] = row(2)[cols - 1] = kInf;  // two +inf
+    for (int64_t c = 0; c < cols; c += 3) row(3)[c] = std::numeric_limits<float>::quiet_NaN();
+    std::fill(row(4), row(5), 0.25f);  // one value everywhere
+    for (int repeat = 0; repeat < 4; ++repeat)
+      expect_same_ids(stream, logits, dt, mixed_settings(rows, bits),
+                      SampleParams{.rows = rows, .cols = cols, .valid_cols = cols}, "ties " + label(rows, cols));
+  }
 }
+
+TEST_F(CudaOpTest, SampleMatchesCpuOnTiesAndInfinitiesF32) { ties_and_infinities(stream_, DType::kF32, 13); }
+TEST_F(CudaOpTest, SampleMatchesCpuOnTiesAndInfinitiesBf16) { ties_and_infinities(stream_, DType::kBF16, 113); }
+TEST_F(CudaOpTest, SampleMatchesCpuOnTiesAndInfinitiesF16) { ties_and_infinities(stream_, DType::kF16, 213); }
 
 // The all-gathered TP layout: [shards][rows][cols], padding at the end.
 TEST_F(CudaOpTest, SampleMatchesCpuOnShardedRows) {
