@@ -50,7 +50,7 @@ struct GemvArgs {
 };
 
 // One warp's dot products acc[m][r] = x[r, :]·w_m[:] for M weight rows read
-// together, the lanes striding over `in`. Each round has kRoundBytes of
+// together, the lanes striding over `in`. Each round has 4 KB of
 // weights per warp in flight (unrolled over the row), which matters for the
 // narrow products (4096 outputs: one warp each is too few loads in flight
 // with less).
