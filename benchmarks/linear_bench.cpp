@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "benchmarks/graphed_timer.h"
 #include "common/dtype.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/linear.h"
@@ -52,34 +53,6 @@ void* random_device_bf16(int64_t count, std::mt19937& rng) {
   LS_CHECK_CUDA(cudaMalloc(&d, raw.size() * 2));
   LS_CHECK_CUDA(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
   return d;
-}
-
-// Mean time of `body(i)` in microseconds: calls i = 0 .. per_graph-1
-// captured in one graph, replayed `iters` times after a warm-up replay.
-template <typename Body>
-double graphed_us(cudaStream_t stream, int per_graph, int iters, Body body) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  LS_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < per_graph; ++i) body(i);
-  LS_CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-  LS_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  LS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
-  LS_CHECK_CUDA(cudaStreamSynchronize(stream));
-  cudaEvent_t start, stop;
-  LS_CHECK_CUDA(cudaEventCreate(&start));
-  LS_CHECK_CUDA(cudaEventCreate(&stop));
-  LS_CHECK_CUDA(cudaEventRecord(start, stream));
-  for (int i = 0; i < iters; ++i) LS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
-  LS_CHECK_CUDA(cudaEventRecord(stop, stream));
-  LS_CHECK_CUDA(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  LS_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  return 1000.0 * ms / (static_cast<double>(iters) * per_graph);
 }
 
 // Device-to-device copy of 2 GiB, GB/s counting bytes read and written
@@ -156,7 +129,7 @@ int main(int argc, char** argv) {
                                              .dtype = DType::kBF16};
       lockstep::cuda::linear(p, ctx, stream);  // plans made outside the capture
       LS_CHECK_CUDA(cudaStreamSynchronize(stream));
-      const double us = graphed_us(stream, std::max(copies, 8), iters, [&](int i) {
+      const double us = lockstep::bench::graphed_us(stream, std::max(copies, 8), iters, [&](int i) {
         p.weight = w[static_cast<size_t>(i % copies)];
         lockstep::cuda::linear(p, ctx, stream);
       });

@@ -6,9 +6,9 @@
 //  1. Order: the columns by logit, largest first, the lower column first
 //     among equal logits (NaN ranks as -inf). Temperature 0: the first
 //     column of the order (argmax, lowest column on ties); stop.
-//  2. Weights: w = sampling::weight(logit, max logit, temperature), integers
-//     of at most 2^32 (kernels/sampling_math.h), evaluated identically on
-//     the host and the GPU; sums are 64-bit integers.
+//  2. Weights: w = sampling::weight(logit, max logit, 1 / temperature),
+//     integers of at most 2^32 (kernels/sampling_math.h), evaluated
+//     identically on the host and the GPU; sums are 64-bit integers.
 //  3. Top-k: the first top_k columns of the order (0: all).
 //  4. Top-p: of those, the shortest prefix of the order whose weight sum
 //     reaches sampling::nucleus_mass(sum of the top-k weights, top_p).

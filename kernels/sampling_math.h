@@ -1,10 +1,12 @@
 // The arithmetic of the sampling rule (kernels/sampling.h) that the CPU twin
 // and the CUDA kernel share, written so that both give bit-identical
-// results: integer arithmetic, plus IEEE double subtraction and division
-// (correctly rounded on every compliant host and GPU, and with no multiply
-// for a compiler to contract into an fma). No exp() from a math library.
+// results: integer arithmetic and correctly rounded IEEE double steps, with
+// every multiply-add written as an explicit fused multiply-add (so that no
+// compiler contracts, or declines to contract, one of its own). No exp() from
+// a math library.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -54,37 +56,57 @@ LS_HOST_DEVICE inline float key_value(uint32_t key) {
 #endif
 }
 
-// floor(2^62 · exp(-a / 2^62)) for a in [0, ln 2 · 2^62), up to a few units
-// in the last place: Horner's scheme of the Taylor series (the 14th term is
-// below 2^-40), in Q62 fixed point with exact integer steps only. The
-// divisors are constants after unrolling, so the GPU multiplies instead of
-// dividing; the results are the same integers either way.
-LS_HOST_DEVICE inline uint64_t exp_neg_q62(uint64_t a) {
-  constexpr uint64_t kOne = uint64_t{1} << 62;
-  uint64_t e = kOne;
+// a · b + c, rounded once (IEEE fused multiply-add): the same double on the
+// host and the GPU, where a separate multiply and add could be contracted
+// on one and not the other.
+LS_HOST_DEVICE inline double fused_multiply_add(double a, double b, double c) {
 #ifdef __CUDA_ARCH__
-#pragma unroll
+  return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
 #endif
-  for (uint64_t j = 13; j >= 1; --j) {
-    const uint64_t ae = (mul_hi(a, e) << 2) | ((a * e) >> 62);  // a·e / 2^62, both below 2^62
-    e = kOne - ae / j;
-  }
-  return e;
 }
 
-// The integer weight of a logit: floor(2^32 · exp((logit - max_logit) /
-// temperature)) to within about 1e-11 relative (0 below 2^-32 relative, so
-// a row of up to 2^31 columns sums to less than 2^63). A logit equal to the
-// maximum weighs exactly 2^32, also when the maximum is infinite.
-LS_HOST_DEVICE inline uint64_t weight(float logit, float max_logit, float temperature) {
+// exp(-r) for r in [0, ln 2] (and a few units in the last place either
+// side): Horner's scheme of the Taylor series through r^13 (the next term is
+// below 2^-44), coefficients (-1)^k / k! as exact hexadecimal doubles, every
+// step one fused multiply-add.
+LS_HOST_DEVICE inline double exp_neg_reduced(double r) {
+  double e = -0x1.6124613a86d09p-33;
+  e = fused_multiply_add(e, r, 0x1.1eed8eff8d898p-29);
+  e = fused_multiply_add(e, r, -0x1.ae64567f544e4p-26);
+  e = fused_multiply_add(e, r, 0x1.27e4fb7789f5cp-22);
+  e = fused_multiply_add(e, r, -0x1.71de3a556c734p-19);
+  e = fused_multiply_add(e, r, 0x1.a01a01a01a01ap-16);
+  e = fused_multiply_add(e, r, -0x1.a01a01a01a01ap-13);
+  e = fused_multiply_add(e, r, 0x1.6c16c16c16c17p-10);
+  e = fused_multiply_add(e, r, -0x1.1111111111111p-7);
+  e = fused_multiply_add(e, r, 0x1.5555555555555p-5);
+  e = fused_multiply_add(e, r, -0x1.5555555555555p-3);
+  e = fused_multiply_add(e, r, 0x1.0p-1);
+  e = fused_multiply_add(e, r, -0x1.0p+0);
+  return fused_multiply_add(e, r, 0x1.0p+0);
+}
+
+// 1 / temperature, the factor weight() takes (temperature > 0).
+LS_HOST_DEVICE inline double inverse_temperature(float temperature) { return 1.0 / static_cast<double>(temperature); }
+
+// The integer weight of a logit: floor(2^32 · exp((logit - max_logit) ·
+// inv_temperature)) to within about 1e-14 relative (0 below 2^-32 relative,
+// so a row of up to 2^31 columns sums to less than 2^63). A logit equal to
+// the maximum weighs exactly 2^32, also when the maximum is infinite. Only
+// correctly rounded IEEE double steps (subtract, multiply, floor, fused
+// multiply-add, power-of-two scaling, truncation), so the host and the GPU
+// get the same integer.
+LS_HOST_DEVICE inline uint64_t weight(float logit, float max_logit, double inv_temperature) {
   if (logit == max_logit) return kWeightOne;
-  const double x = (static_cast<double>(max_logit) - static_cast<double>(logit)) / static_cast<double>(temperature);
+  const double x = (static_cast<double>(max_logit) - static_cast<double>(logit)) * inv_temperature;
   if (!(x < 23.0)) return 0;  // exp(-23) < 2^-32; also an infinite difference
-  constexpr uint64_t kLn2Q40 = 762123384786ull;  // round(ln 2 · 2^40)
-  const uint64_t t = static_cast<uint64_t>(x * 0x1p40);  // x in Q40 (scaling by 2^40 is exact), truncated
-  const uint64_t halvings = t / kLn2Q40;                 // exp(-x) = 2^-halvings · exp(-rest)
-  const uint64_t rest = t - halvings * kLn2Q40;
-  return exp_neg_q62(rest << 22) >> (62 - kWeightBits + halvings);
+  constexpr double kLn2 = 0x1.62e42fefa39efp-1, kInvLn2 = 0x1.71547652b82fep+0;
+  const double halvings = floor(x * kInvLn2);                   // exp(-x) = 2^-halvings · exp(-rest); 0..33
+  const double rest = fused_multiply_add(-halvings, kLn2, x);  // in [0, ln 2] up to rounding
+  const double scaled = ldexp(exp_neg_reduced(rest), kWeightBits - static_cast<int>(halvings));
+  return scaled >= static_cast<double>(kWeightOne) ? kWeightOne : static_cast<uint64_t>(scaled);
 }
 
 // The nucleus mass for top_p in (0, 1]: ceil(total · p32 / 2^32) with p32 =

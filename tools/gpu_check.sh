@@ -7,7 +7,8 @@
 #   tools/gpu_check.sh [DEBS_DIR [STAGE...]]
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
 # all): tests sanitize e2e bench_small tp; on request linear
-# (benchmarks/linear_bench: the weight stream per layer shape), bench_8b
+# (benchmarks/linear_bench: the weight stream per layer shape), sample
+# (benchmarks/sample_bench: the sample op alone), bench_8b
 # (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl,
 # bench_8b_sample and profile_8b (after one of the two). The build runs
 # unless NO_BUILD=1 finds one.
@@ -18,7 +19,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small tp}  # also: linear bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
+STAGES=${*:-tests sanitize e2e bench_small tp}  # also: linear sample bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -79,12 +80,14 @@ if want sanitize; then
     awk '/^[^ ]/{suite=$1} /^  /{print suite $1}' > "$OUT/sanitize/tests.txt"
   export -f sanitize_one
   export T OUT SANITIZER_TIMEOUT_S=${SANITIZER_TIMEOUT_S:-200}
-  { sed 's/^/memcheck /' "$OUT/sanitize/tests.txt"
-    grep -v -x 'CudaOpTest.LinearMatchesCpu' "$OUT/sanitize/tests.txt" | sed 's/^/racecheck /'; } |
-    xargs -P 32 -L 1 bash -c 'sanitize_one "$@"' _
-  for tool in memcheck racecheck; do
+  TOOLS=${SANITIZE_TOOLS:-memcheck racecheck}  # also synccheck (barriers and warp-synchronous intrinsics)
+  for tool in $TOOLS; do
+    if [ "$tool" = racecheck ]; then grep -v -x 'CudaOpTest.LinearMatchesCpu' "$OUT/sanitize/tests.txt"
+    else cat "$OUT/sanitize/tests.txt"; fi | sed "s/^/$tool /"
+  done | xargs -P 32 -L 1 bash -c 'sanitize_one "$@"' _
+  for tool in $TOOLS; do
     runs=$(grep -c "^$tool " "$OUT/sanitize/rc.txt")
-    clean=$(grep -l -E "(ERROR|RACECHECK) SUMMARY: 0 (errors|hazards)" "$OUT"/sanitize/$tool.*.log | wc -l)
+    clean=$(grep -l -E "(ERROR|RACECHECK) SUMMARY: 0 (errors|hazards)" "$OUT"/sanitize/$tool.*.log 2>/dev/null | wc -l)
     note "$tool: $clean of $runs tests reached a clean summary; not clean: $(grep "^$tool " "$OUT/sanitize/rc.txt" |
       grep -v 'rc=0' | tr '\n' ' ')"
     grep -h -E "^========= (Error|Warning|Race|Invalid)|^=========     in |SUMMARY|FAILED" "$OUT"/sanitize/$tool.*.log |
@@ -169,6 +172,12 @@ fi
 if want linear; then
   "$BUILD/linear_bench" 50 > "$OUT/linear_bench.txt" 2>&1
   note "linear_bench rc=$? (table in linear_bench.txt)"
+fi
+
+# sample: the sample op alone (benchmarks/sample_bench), flat and peaked logits, 1-64 rows.
+if want sample; then
+  "$BUILD/sample_bench" 20 > "$OUT/sample_bench.txt" 2>&1
+  note "sample_bench rc=$? $(awk '$3 == 1 || $3 == 32 {printf "%s/%s/%s:%s ", $1, $2, $3, $4}' "$OUT/sample_bench.txt")"
 fi
 
 if want bench_8b_lockstep; then

@@ -31,9 +31,8 @@ int32_t sample_row(const SampleParams& p, int64_t row, std::vector<Candidate>& o
   if (s.temperature == 0.0f) return order[0].column;
 
   const float max_logit = sampling::key_value(order[0].key);
-  auto weight = [&](const Candidate& c) {
-    return sampling::weight(sampling::key_value(c.key), max_logit, s.temperature);
-  };
+  const double inv_temperature = sampling::inverse_temperature(s.temperature);
+  auto weight = [&](const Candidate& c) { return sampling::weight(sampling::key_value(c.key), max_logit, inv_temperature); };
   const size_t top_k = s.top_k > 0 && s.top_k < p.valid_cols ? static_cast<size_t>(s.top_k) : order.size();
   uint64_t top_k_mass = 0;
   for (size_t i = 0; i < top_k; ++i) top_k_mass += weight(order[i]);

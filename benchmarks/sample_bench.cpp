@@ -1,0 +1,85 @@
+// The sample op alone (kernels/cuda/sampling.cu) on a llama3 vocabulary
+// (128256 columns of bf16 logits), 1-64 rows, timed inside a CUDA graph as
+// the decode step runs it. Two logit shapes:
+//   flat: normal, std 1 (a random-weight model's logits): at temperature
+//     0.7 every column weighs something, the worst case for the passes that
+//     compute weights;
+//   peaked: normal, std 3, plus one column 12 above the rest per row (a
+//     trained model's shape): most columns weigh nothing.
+// Settings: greedy; temperature 0.7 with top-p 0.9 (`bench`'s sampled run);
+// temperature 1 with nothing cut; temperature 0.7 with top-k 50 and top-p 0.9.
+// Run: build/sample_bench [iterations]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "benchmarks/graphed_timer.h"
+#include "common/dtype.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+
+namespace {
+
+using lockstep::DType;
+using lockstep::SampleRow;
+
+constexpr int64_t kVocab = 128256;
+constexpr int64_t kMaxRows = 64;
+
+struct Setting {
+  const char* name;
+  SampleRow row;
+};
+
+const Setting kSettings[] = {{"greedy", SampleRow{}},
+                             {"t0.7,p0.9", SampleRow{.temperature = 0.7f, .top_p = 0.9f}},
+                             {"t1", SampleRow{.temperature = 1.0f}},
+                             {"t0.7,k50,p0.9", SampleRow{.temperature = 0.7f, .top_p = 0.9f, .top_k = 50}}};
+
+void* device_logits(bool peaked, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, peaked ? 3.0f : 1.0f);
+  std::vector<float> host(static_cast<size_t>(kMaxRows * kVocab));
+  for (float& v : host) v = dist(rng);
+  if (peaked)
+    for (int64_t r = 0; r < kMaxRows; ++r) host[static_cast<size_t>(r * kVocab + (r * 7919) % kVocab)] += 12.0f;
+  std::vector<uint16_t> raw(host.size());
+  lockstep::convert_from_f32(host.data(), raw.data(), DType::kBF16, host.size());
+  void* d = nullptr;
+  LS_CHECK_CUDA(cudaMalloc(&d, raw.size() * 2));
+  LS_CHECK_CUDA(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iters = argc > 1 ? std::atoi(argv[1]) : 20;
+  cudaStream_t stream;
+  LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::mt19937 rng(7);
+  std::mt19937_64 bits(8);
+  SampleRow* settings = nullptr;
+  int32_t* ids = nullptr;
+  LS_CHECK_CUDA(cudaMalloc(&settings, kMaxRows * sizeof(SampleRow)));
+  LS_CHECK_CUDA(cudaMalloc(&ids, kMaxRows * sizeof(int32_t)));
+  std::printf("%-7s %-14s %5s %10s\n", "logits", "setting", "rows", "us");
+  for (bool peaked : {false, true}) {
+    void* logits = device_logits(peaked, rng);
+    for (const Setting& s : kSettings) {
+      std::vector<SampleRow> host(kMaxRows, s.row);
+      for (SampleRow& r : host) r.random = bits();
+      LS_CHECK_CUDA(cudaMemcpy(settings, host.data(), host.size() * sizeof(SampleRow), cudaMemcpyHostToDevice));
+      for (int64_t rows : {1, 8, 32, 64}) {
+        const lockstep::SampleParams p{.logits = logits, .settings = settings, .ids = ids, .rows = rows,
+                                       .cols = kVocab, .valid_cols = kVocab, .dtype = DType::kBF16};
+        const double us = lockstep::bench::graphed_us(stream, 4, iters, [&](int) { lockstep::cuda::sample(p, stream); });
+        std::printf("%-7s %-14s %5lld %10.1f\n", peaked ? "peaked" : "flat", s.name, static_cast<long long>(rows), us);
+      }
+    }
+    LS_CHECK_CUDA(cudaFree(logits));
+  }
+  return 0;
+}
