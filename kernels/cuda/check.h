@@ -45,29 +45,46 @@ bool overlapped_launches();
 #ifdef __CUDACC__
 namespace lockstep::cuda {
 
-// Launches `kernel` and checks the launch; use through LS_LAUNCH so that a
-// failure reports the caller's file and line. Empty grids launch nothing.
+// Launches `kernel` in clusters of `cluster_blocks` blocks along x (1: no
+// clusters; sm_90 and later otherwise) and checks the launch; use through
+// LS_LAUNCH or LS_LAUNCH_CLUSTERED so that a failure reports the caller's
+// file and line. Empty grids launch nothing.
 template <typename... KernelArgs, typename... Args>
-void launch_checked(const char* file, int line, const char* name, void (*kernel)(KernelArgs...), dim3 grid,
-                    dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+void launch_checked_clustered(const char* file, int line, const char* name, void (*kernel)(KernelArgs...), dim3 grid,
+                              dim3 block, unsigned cluster_blocks, size_t smem, cudaStream_t stream, Args... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attrs[2]{};
+  unsigned count = 0;
+  if (overlapped_launches()) {
+    attrs[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_blocks > 1) {
+    attrs[count].id = cudaLaunchAttributeClusterDimension;
+    attrs[count++].val.clusterDim = {cluster_blocks, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &overlap;
-  config.numAttrs = overlapped_launches() ? 1 : 0;
+  config.attrs = attrs;
+  config.numAttrs = count;
   cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
   if (status == cudaSuccess) status = cudaGetLastError();
   if (status != cudaSuccess) throw_check_failure(ErrorKind::kCuda, name, cudaGetErrorString(status), file, line);
+}
+
+template <typename... KernelArgs, typename... Args>
+void launch_checked(const char* file, int line, const char* name, void (*kernel)(KernelArgs...), dim3 grid,
+                    dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+  launch_checked_clustered(file, line, name, kernel, grid, block, 1, smem, stream, args...);
 }
 
 }  // namespace lockstep::cuda
 
 // LS_LAUNCH("name", kernel, grid, block, smem, stream, args...)
 #define LS_LAUNCH(...) ::lockstep::cuda::launch_checked(__FILE__, __LINE__, __VA_ARGS__)
+// LS_LAUNCH_CLUSTERED("name", kernel, grid, block, cluster_blocks, smem, stream, args...)
+#define LS_LAUNCH_CLUSTERED(...) ::lockstep::cuda::launch_checked_clustered(__FILE__, __LINE__, __VA_ARGS__)
 #endif
