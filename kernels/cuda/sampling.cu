@@ -303,6 +303,12 @@ __device__ void clear_bins(uint64_t* histogram, int bins) {
   __syncthreads();
 }
 
+// A block's histogram of one digit, and the group's summed into it.
+struct Histograms {
+  uint64_t* own;
+  uint64_t* merged;
+};
+
 struct Threshold {
   uint32_t key;    // the digits chosen so far (the rest zero)
   uint64_t above;  // the sum over larger keys (below the target)
@@ -311,34 +317,49 @@ struct Threshold {
 // The bin of one digit's histogram (summed over the group's blocks) at
 // which the sum from the top bin down, starting from `from.above`, first
 // reaches `target` (from.above < target <= from.above + the histogram's
-// sum). Each thread sums a run of bins, then a block scan finds the run that
-// crosses; every block computes the same answer.
-__device__ Threshold pick_bin(const RowGroup& g, uint64_t* histogram, int bins, Threshold from, uint64_t target,
-                              int shift) {
+// sum). Every block sums the group's histograms into its own `merged` (16
+// bytes per load, a thread's loads all in flight together), then each
+// thread sums a run of bins and a block scan finds the run that crosses;
+// every block computes the same answer.
+__device__ Threshold pick_bin(const RowGroup& g, const uint64_t* histogram, uint64_t* merged, int bins,
+                              Threshold from, uint64_t target, int shift) {
+  constexpr int kMaxPerThread = kMaxBins / kSampleThreads;
+  static_assert(kMaxPerThread % 2 == 0 && (kMaxBins / 2) % (2 * kSampleThreads) == 0);
   __shared__ Threshold picked;
+  const int per_thread = bins / kSampleThreads;  // 8 or 4
+  const int first = static_cast<int>(threadIdx.x) * per_thread;
   g.sync();  // every block's histogram is complete
-  const auto merged = [&](int bin) {
-    uint64_t v = 0;
+  uint64_t sums[kMaxPerThread] = {};
 #pragma unroll
-    for (int r = 0; r < kMaxRowBlocks; ++r)
-      if (r < g.blocks) v += g.at(histogram, r)[bin];
-    return v;
-  };
-  const int per_thread = (bins + kSampleThreads - 1) / kSampleThreads;
-  const int top = bins - 1 - static_cast<int>(threadIdx.x) * per_thread;  // this thread's highest bin
+  for (int r = 0; r < kMaxRowBlocks; ++r) {
+    if (r >= g.blocks) break;
+    const uint64_t* remote = g.at(histogram, r) + first;
+#pragma unroll
+    for (int j = 0; j < kMaxPerThread; j += 2)
+      if (j < per_thread) {
+        const ulonglong2 pair = *reinterpret_cast<const ulonglong2*>(remote + j);
+        sums[j] += pair.x;
+        sums[j + 1] += pair.y;
+      }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxPerThread; ++j)
+    if (j < per_thread) merged[first + j] = sums[j];
+  g.sync();  // merged is complete, and every block has read the histograms before any clears its own
+  const int top = bins - 1 - first;  // this thread's run, from the top: bins top .. top - per_thread + 1
   uint64_t mine = 0;
-  for (int j = 0; j < per_thread && top - j >= 0; ++j) mine += merged(top - j);
+  for (int j = 0; j < per_thread; ++j) mine += merged[top - j];
   uint64_t total;
   const uint64_t through_mine = from.above + block_inclusive_scan(mine, &total);
   uint64_t running = through_mine - mine;
   if (running < target && target <= through_mine) {  // exactly one thread
     int d = top;
-    for (uint64_t h = merged(d); running + h < target; h = merged(--d)) running += h;
+    while (running + merged[d] < target) running += merged[d--];
     picked = Threshold{from.key | (static_cast<uint32_t>(d) << shift), running};
   }
   __syncthreads();
   const Threshold t = picked;
-  g.sync();  // every block has read the histograms before any clears its own (and `picked` is read)
+  __syncthreads();  // picked and merged are free for the next call
   return t;
 }
 
@@ -348,20 +369,20 @@ __device__ Threshold pick_bin(const RowGroup& g, uint64_t* histogram, int bins, 
 // caller (only round 0 can be).
 template <typename T, typename V>
 __device__ Threshold select_threshold(const RowView<T>& row, const RowGroup& g, uint64_t target, V v,
-                                      int first_round, uint64_t* histogram) {
+                                      int first_round, Histograms& h) {
   Threshold t{0, 0};
   uint32_t mask = 0;
   for (int round = 0; round < kRounds; ++round) {
     const int shift = digit_shift(round), bins = digit_bins(round);
     if (round >= first_round) {
-      clear_bins(histogram, bins);
+      clear_bins(h.own, bins);
       BinCache cache;
       row.for_each([&](int64_t c, uint32_t key) {
-        if ((key & mask) == t.key) cache.add(histogram, (key >> shift) & (bins - 1), v(c, key));
+        if ((key & mask) == t.key) cache.add(h.own, (key >> shift) & (bins - 1), v(c, key));
       });
-      cache.flush(histogram);
+      cache.flush(h.own);
     }
-    t = pick_bin(g, histogram, bins, t, target, shift);
+    t = pick_bin(g, h.own, h.merged, bins, t, target, shift);
     mask |= static_cast<uint32_t>(bins - 1) << shift;
   }
   return t;
@@ -370,10 +391,10 @@ __device__ Threshold select_threshold(const RowView<T>& row, const RowGroup& g, 
 // Top-k as a cut: the k-th key and, among the columns with that key, the
 // last kept one (all columns when top_k is 0 or at least n).
 template <typename T>
-__device__ Cut top_k_cut(const RowView<T>& row, const RowGroup& g, int64_t top_k, uint64_t* histogram) {
+__device__ Cut top_k_cut(const RowView<T>& row, const RowGroup& g, int64_t top_k, Histograms& h) {
   if (top_k <= 0 || top_k >= row.n) return Cut{0, row.n - 1};
   const Threshold t = select_threshold(
-      row, g, static_cast<uint64_t>(top_k), [](int64_t, uint32_t) { return 1ull; }, 0, histogram);
+      row, g, static_cast<uint64_t>(top_k), [](int64_t, uint32_t) { return 1ull; }, 0, h);
   const uint64_t ties_kept = static_cast<uint64_t>(top_k) - t.above;
   const int64_t last =
       first_column_past(row, g, ties_kept - 1, [&](int64_t, uint32_t key) { return key == t.key ? 1ull : 0ull; });
@@ -391,22 +412,22 @@ struct Nucleus {
 // histogram when top-p can cut.
 template <typename T, typename W>
 __device__ Nucleus top_p_cut(const RowView<T>& row, const RowGroup& g, Cut top_k, float top_p, W weight,
-                             uint64_t* histogram) {
+                             Histograms& h) {
   auto kept_weight = [&](int64_t c, uint32_t key) { return top_k.keeps(c, key) ? weight(key) : 0ull; };
   const bool may_cut = top_p < 1.0f;
-  if (may_cut) clear_bins(histogram, digit_bins(0));
+  if (may_cut) clear_bins(h.own, digit_bins(0));
   BinCache cache;
   uint64_t local = 0;
   row.for_each([&](int64_t c, uint32_t key) {
     const uint64_t w = kept_weight(c, key);
     local += w;
-    if (may_cut) cache.add(histogram, key >> digit_shift(0), w);
+    if (may_cut) cache.add(h.own, key >> digit_shift(0), w);
   });
-  if (may_cut) cache.flush(histogram);
+  if (may_cut) cache.flush(h.own);
   const uint64_t top_k_mass = row_reduce(g, local, false);
   const uint64_t wanted = sampling::nucleus_mass(top_k_mass, top_p);
   if (wanted >= top_k_mass) return Nucleus{top_k, top_k_mass};
-  const Threshold t = select_threshold(row, g, wanted, kept_weight, 1, histogram);
+  const Threshold t = select_threshold(row, g, wanted, kept_weight, 1, h);
   const uint64_t tie_weight = weight(t.key);  // > 0: the selection stopped on weight
   const uint64_t ties_kept = (wanted - t.above + tie_weight - 1) / tie_weight;
   const int64_t last = first_column_past(row, g, ties_kept - 1, [&](int64_t c, uint32_t key) {
@@ -419,7 +440,9 @@ __device__ Nucleus top_p_cut(const RowView<T>& row, const RowGroup& g, Cut top_k
 // than one).
 template <typename T>
 __global__ void __launch_bounds__(kSampleThreads, 1) sample_kernel(SampleParams p, int row_blocks) {
-  __shared__ uint64_t histogram[kMaxBins];
+  __shared__ alignas(16) uint64_t own[kMaxBins];
+  __shared__ alignas(16) uint64_t merged[kMaxBins];
+  Histograms histograms{own, merged};
   start_after_producers();
   const RowGroup g{row_blocks, static_cast<int>(blockIdx.x % row_blocks)};
   const int64_t r = blockIdx.x / row_blocks, n = p.valid_cols;
@@ -440,7 +463,7 @@ __global__ void __launch_bounds__(kSampleThreads, 1) sample_kernel(SampleParams 
     const double inv_temperature = sampling::inverse_temperature(s.temperature);
     auto weight = [&](uint32_t key) { return sampling::weight(sampling::key_value(key), max_logit, inv_temperature); };
     const Nucleus nucleus =
-        top_p_cut(row, g, top_k_cut(row, g, s.top_k, histogram), s.top_p, weight, histogram);
+        top_p_cut(row, g, top_k_cut(row, g, s.top_k, histograms), s.top_p, weight, histograms);
     const uint64_t u = sampling::draw(s.random, nucleus.mass);
     id = first_column_past(
         row, g, u, [&](int64_t c, uint32_t key) { return nucleus.cut.keeps(c, key) ? weight(key) : 0ull; });
