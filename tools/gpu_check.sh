@@ -8,7 +8,7 @@
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
 # all): tests sanitize e2e bench_small tp; on request linear
 # (benchmarks/linear_bench: the weight stream per layer shape), sample
-# (benchmarks/sample_bench: the sample op alone), bench_8b
+# (benchmarks/sample_bench: the sample op alone), profile_sample, bench_8b
 # (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl,
 # bench_8b_sample and profile_8b (after one of the two). The build runs
 # unless NO_BUILD=1 finds one.
@@ -19,7 +19,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small tp}  # also: linear sample bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
+STAGES=${*:-tests sanitize e2e bench_small tp}  # also: linear sample profile_sample bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -178,6 +178,18 @@ fi
 if want sample; then
   "$BUILD/sample_bench" 20 > "$OUT/sample_bench.txt" 2>&1
   note "sample_bench rc=$? $(awk '$3 == 1 || $3 == 32 {printf "%s/%s/%s:%s ", $1, $2, $3, $4}' "$OUT/sample_bench.txt")"
+fi
+
+# profile_sample: ncu's full set with source lines on one sample op launch
+# (PROFILE_SAMPLE: "shape setting rows" of sample_bench, default "flat
+# t0.7,p0.9 1"): the sections, then the hottest source lines by warp stalls.
+if want profile_sample; then
+  timeout ${PROFILE_TIMEOUT_S:-200} ncu --set full --import-source yes -k regex:sample_kernel --launch-count 1 \
+    -o "$OUT/sample" "$BUILD/sample_bench" 1 ${PROFILE_SAMPLE:-flat t0.7,p0.9 1} > "$OUT/profile_sample.log" 2>&1
+  note "profile sample rc=$?"
+  ncu --import "$OUT/sample.ncu-rep" --print-details all > "$OUT/profile_sample.txt" 2>&1
+  ncu --import "$OUT/sample.ncu-rep" --page source --print-source cuda --csv > "$OUT/profile_sample_source.csv" 2>&1
+  grep -E "Duration|Warp Cycles Per Issued|Issued Warp|Achieved Occupancy|Stall|Registers" "$OUT/profile_sample.txt" | head -30
 fi
 
 if want bench_8b_lockstep; then
