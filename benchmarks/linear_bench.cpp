@@ -18,7 +18,7 @@
 #include <random>
 #include <vector>
 
-#include "benchmarks/graphed_timer.h"
+#include "benchmarks/cuda_bench_support.h"
 #include "common/dtype.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/linear.h"
@@ -47,12 +47,7 @@ void* random_device_bf16(int64_t count, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 0.02f);
   std::vector<float> host(static_cast<size_t>(count));
   for (float& v : host) v = dist(rng);
-  std::vector<uint16_t> raw(host.size());
-  lockstep::convert_from_f32(host.data(), raw.data(), DType::kBF16, host.size());
-  void* d = nullptr;
-  LS_CHECK_CUDA(cudaMalloc(&d, raw.size() * 2));
-  LS_CHECK_CUDA(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
-  return d;
+  return lockstep::bench::upload_bf16(host);
 }
 
 // Device-to-device copy of 2 GiB, GB/s counting bytes read and written
@@ -64,19 +59,13 @@ double copy_gbs(cudaStream_t stream) {
   LS_CHECK_CUDA(cudaMalloc(&a, bytes));
   LS_CHECK_CUDA(cudaMalloc(&b, bytes));
   LS_CHECK_CUDA(cudaMemsetAsync(a, 1, bytes, stream));
-  cudaEvent_t start, stop;
-  LS_CHECK_CUDA(cudaEventCreate(&start));
-  LS_CHECK_CUDA(cudaEventCreate(&stop));
   LS_CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-  LS_CHECK_CUDA(cudaEventRecord(start, stream));
-  for (int i = 0; i < 10; ++i) LS_CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-  LS_CHECK_CUDA(cudaEventRecord(stop, stream));
-  LS_CHECK_CUDA(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  LS_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  const double us = 1000.0 * ms / 10.0;
+  const double us = 1000.0 *
+                    lockstep::bench::event_ms(stream, [&] {
+                      for (int i = 0; i < 10; ++i)
+                        LS_CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+                    }) /
+                    10.0;
   cudaFree(a);
   cudaFree(b);
   return 2.0 * static_cast<double>(bytes) / us / 1e3;

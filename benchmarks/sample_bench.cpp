@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/graphed_timer.h"
+#include "benchmarks/cuda_bench_support.h"
 #include "common/dtype.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
@@ -57,12 +57,7 @@ void* device_logits(const Shape& shape, std::mt19937& rng) {
   std::vector<float> host(static_cast<size_t>(kMaxRows * kVocab));
   for (float& v : host) v = dist(rng);
   for (int64_t r = 0; r < kMaxRows; ++r) host[static_cast<size_t>(r * kVocab + (r * 7919) % kVocab)] += shape.top;
-  std::vector<uint16_t> raw(host.size());
-  lockstep::convert_from_f32(host.data(), raw.data(), DType::kBF16, host.size());
-  void* d = nullptr;
-  LS_CHECK_CUDA(cudaMalloc(&d, raw.size() * 2));
-  LS_CHECK_CUDA(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
-  return d;
+  return lockstep::bench::upload_bf16(host);
 }
 
 }  // namespace

@@ -1,0 +1,63 @@
+// What the kernel benchmarks share: event timing on a stream, the mean time
+// of a body replayed inside one CUDA graph (as the decode step runs its
+// kernels), and bf16 uploads of host data.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "kernels/cuda/check.h"
+
+namespace lockstep::bench {
+
+// Milliseconds between events recorded before and after `body()` on `stream`.
+template <typename Body>
+double event_ms(cudaStream_t stream, Body body) {
+  cudaEvent_t start, stop;
+  LS_CHECK_CUDA(cudaEventCreate(&start));
+  LS_CHECK_CUDA(cudaEventCreate(&stop));
+  LS_CHECK_CUDA(cudaEventRecord(start, stream));
+  body();
+  LS_CHECK_CUDA(cudaEventRecord(stop, stream));
+  LS_CHECK_CUDA(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  LS_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms;
+}
+
+// Mean time of `body(i)` in microseconds: calls i = 0 .. per_graph-1
+// captured in one graph, replayed `iters` times after a warm-up replay.
+template <typename Body>
+double graphed_us(cudaStream_t stream, int per_graph, int iters, Body body) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  LS_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < per_graph; ++i) body(i);
+  LS_CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  LS_CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  LS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  LS_CHECK_CUDA(cudaStreamSynchronize(stream));
+  const double ms = event_ms(stream, [&] {
+    for (int i = 0; i < iters; ++i) LS_CHECK_CUDA(cudaGraphLaunch(exec, stream));
+  });
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return 1000.0 * ms / (static_cast<double>(iters) * per_graph);
+}
+
+// A device copy of `host` rounded to bf16 (cudaFree it).
+inline void* upload_bf16(const std::vector<float>& host) {
+  std::vector<uint16_t> raw(host.size());
+  convert_from_f32(host.data(), raw.data(), DType::kBF16, host.size());
+  void* d = nullptr;
+  LS_CHECK_CUDA(cudaMalloc(&d, raw.size() * 2));
+  LS_CHECK_CUDA(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
+  return d;
+}
+
+}  // namespace lockstep::bench
