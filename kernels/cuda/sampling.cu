@@ -34,13 +34,13 @@ namespace lockstep::cuda {
 
 namespace {
 
-constexpr int kSampleThreads = 256;  // 512 would spill: the passes hold ~170 registers
+constexpr int kSampleThreads = 256;   // 512 would spill: the passes hold ~170 registers
 constexpr int kWarps = kSampleThreads / 32;
-constexpr int kMaxRowBlocks = 8;    // a portable cluster size
-constexpr int64_t kSliceAlign = 64; // columns: slices start on whole 16-byte vectors
-constexpr int kScanItems = 8;       // consecutive columns per thread in the index-order scans
-constexpr int kLoadsInFlight = 4;   // 16-byte loads per thread per step of a pass
-constexpr int kRounds = 3;          // radix digits: bits 31-21, 20-10, 9-0 of the key
+constexpr int kMaxRowBlocks = 8;      // a portable cluster size
+constexpr int64_t kSliceAlign = 64;   // columns: slices start on whole 16-byte vectors
+constexpr int kScanItems = 8;         // consecutive columns per thread in the index-order scans
+constexpr int kLoadsInFlight = 4;     // 16-byte loads per thread per step of a pass
+constexpr int kRounds = 3;            // radix digits: bits 31-21, 20-10, 9-0 of the key
 constexpr int kMaxBins = 1 << 11;
 constexpr uint32_t kNoBin = 0xffffffffu;
 
