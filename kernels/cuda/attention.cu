@@ -37,7 +37,9 @@ constexpr int kTile = kThreads;  // keys per tile: one per thread when scoring
 constexpr int kMaxGroup = 8;     // q heads per block
 constexpr int kMaxSplits = 32;
 constexpr int kMinKeysPerSplit = 64;  // a split shorter than a key tile (kTcKeys) half-fills it
-constexpr int kFillBlocksPerSm = 2;   // sequences are split until the grid has this many blocks per SM
+constexpr int kPrefillFillPerSm = 2;   // prefill tiles are split until the grid has this many blocks per SM
+constexpr int kSplitBasePerSm = 4;     // splits only while the grid without them has fewer blocks per SM
+constexpr int kSplitBlocksPerSm = 16;  // and the grid with them at most this many
 constexpr int kMaxHeadDim = 256;
 
 struct AttnArgs {
@@ -276,19 +278,42 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
     merge_splits<T, HD>(a, G, [&](int r) { return t * a.num_heads + h0 + r; }, &s.p[0][0]);
 }
 
-int choose_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
-  const int64_t fill_blocks = int64_t{kFillBlocksPerSm} * num_sms;
+// Prefill tiles (of uneven causal lengths): split until the grid fills
+// kPrefillFillPerSm blocks per SM.
+int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
+  const int64_t fill_blocks = int64_t{kPrefillFillPerSm} * num_sms;
   if (base_blocks >= fill_blocks) return 1;
   const int64_t fill = ceil_div(fill_blocks, base_blocks);
   const int64_t by_length = std::max<int64_t>(1, max_seq / kMinKeysPerSplit);
   return static_cast<int>(std::min<int64_t>({kMaxSplits, fill, by_length}));
 }
 
+// Decode tiles and the CUDA-core kernel: splits per block of the split-free
+// grid (`base_blocks` blocks) on a GPU that holds `slots` blocks at once.
+// The time goes as the waves of blocks over the slots times the keys of one
+// block (1/splits), so the rule takes the fewest splits that minimize
+// waves/splits: a last wave that half fills the GPU costs as much as a full
+// one. At most one split per kMinKeysPerSplit keys of the longest sequence
+// the cache holds (the lengths themselves live on the device).
+int splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms) {
+  if (base_blocks >= int64_t{kSplitBasePerSm} * num_sms) return 1;
+  const int64_t most = std::min<int64_t>({kMaxSplits, std::max<int64_t>(1, max_seq / kMinKeysPerSplit),
+                                          std::max<int64_t>(1, int64_t{kSplitBlocksPerSm} * num_sms / base_blocks)});
+  const auto cost = [&](int64_t splits) {
+    return std::ceil(static_cast<double>(base_blocks * splits) / static_cast<double>(slots)) /
+           static_cast<double>(splits);
+  };
+  int64_t best = 1;
+  for (int64_t splits = 2; splits <= most; ++splits)
+    if (cost(splits) < cost(best) * 0.99) best = splits;
+  return static_cast<int>(best);
+}
+
 // The workspace: the split counters, one per block of a split-free grid
-// (fewer than kFillBlocksPerSm·SMs whenever there are splits), then the
+// (fewer than kSplitBasePerSm·SMs whenever there are splits), then the
 // splits' partial outputs [tokens, heads, splits, head_dim], then their
 // (max, sum) pairs.
-int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kFillBlocksPerSm} * num_sms * 4, 256) * 256; }
+int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kSplitBasePerSm} * num_sms * 4, 256) * 256; }
 
 AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits,
                         int num_sms) {
@@ -321,7 +346,7 @@ int splits_that_fit(const AttentionParams& p, int head_dim, int wanted, int64_t 
   const int splits =
       static_cast<int>(std::min<int64_t>(wanted, std::max<int64_t>(1, room / std::max<int64_t>(1, bytes_per_split))));
   if (splits > 1)
-    LS_OP_REQUIRE(p.workspace != nullptr && base_blocks < int64_t{kFillBlocksPerSm} * num_sms, "attention",
+    LS_OP_REQUIRE(p.workspace != nullptr && base_blocks < int64_t{kSplitBasePerSm} * num_sms, "attention",
                   "no workspace for {} splits of {} blocks", splits, base_blocks);
   return splits;
 }
@@ -664,12 +689,32 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
 }
 
 template <typename T, int HD, int RowWarps>
+constexpr int tc_smem_bytes() {
+  return tc_stages(RowWarps) * static_cast<int>(sizeof(TcTile<T, HD>));
+}
+
+// Over 48 KB of shared memory needs the opt-in, per device: set it each time (a host-side attribute).
+template <typename T, int HD, int RowWarps>
+void allow_tc_smem() {
+  LS_CHECK_CUDA(cudaFuncSetAttribute(attention_tensor_core_kernel<T, HD, RowWarps>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, tc_smem_bytes<T, HD, RowWarps>()));
+}
+
+// Blocks of the decode tiling that fit on one SM (shared memory bound).
+template <typename T, int HD>
+int tc_decode_blocks_per_sm() {
+  allow_tc_smem<T, HD, 1>();
+  int blocks = 0;
+  LS_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_tensor_core_kernel<T, HD, 1>,
+                                                              kTcThreads, tc_smem_bytes<T, HD, 1>()));
+  return std::max(1, blocks);
+}
+
+template <typename T, int HD, int RowWarps>
 void launch_tensor_core_kernel(dim3 grid, const AttnArgs& args, cudaStream_t stream) {
-  const auto kernel = attention_tensor_core_kernel<T, HD, RowWarps>;
-  constexpr int kSmem = tc_stages(RowWarps) * static_cast<int>(sizeof(TcTile<T, HD>));
-  // Over 48 KB of shared memory needs the opt-in, per device: set it each time (a host-side attribute).
-  LS_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  LS_LAUNCH("attention_tensor_core_kernel", kernel, grid, dim3(kTcThreads), kSmem, stream, args);
+  allow_tc_smem<T, HD, RowWarps>();
+  LS_LAUNCH("attention_tensor_core_kernel", (attention_tensor_core_kernel<T, HD, RowWarps>), grid, dim3(kTcThreads),
+            tc_smem_bytes<T, HD, RowWarps>(), stream, args);
 }
 
 template <typename T, int HD>
@@ -682,7 +727,10 @@ void launch_attention_tensor_core(const AttentionParams& p, int num_sms, cudaStr
   const int head_chunks = wide ? 1 : static_cast<int>(ceil_div(group, 16));
   const int64_t row_tiles = wide ? ceil_div(p.tokens * group, 64) : p.tokens * head_chunks;
   const int64_t base = row_tiles * c.num_kv_heads;
-  const int splits = splits_that_fit(p, HD, choose_splits(base, c.max_seq, num_sms), base, num_sms);
+  const int wanted =
+      wide ? prefill_splits(base, c.max_seq, num_sms)
+           : splits_by_waves(base, c.max_seq, int64_t{num_sms} * tc_decode_blocks_per_sm<T, HD>(), num_sms);
+  const int splits = splits_that_fit(p, HD, wanted, base, num_sms);
   const AttnArgs args = make_attn_args(p, HD, group, head_chunks, splits, num_sms);
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(c.num_kv_heads),
                   static_cast<unsigned>(splits));
@@ -698,7 +746,10 @@ void launch_attention(const AttentionParams& p, int num_sms, cudaStream_t stream
   const int group = static_cast<int>(p.num_heads / c.num_kv_heads);
   const int head_chunks = static_cast<int>(ceil_div(group, kMaxGroup));
   const int64_t base = p.tokens * c.num_kv_heads * head_chunks;
-  const int splits = splits_that_fit(p, HD, choose_splits(base, c.max_seq, num_sms), base, num_sms);
+  int blocks_per_sm = 0;
+  LS_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, attention_kernel<T, HD>, kThreads, 0));
+  const int64_t slots = int64_t{num_sms} * std::max(1, blocks_per_sm);
+  const int splits = splits_that_fit(p, HD, splits_by_waves(base, c.max_seq, slots, num_sms), base, num_sms);
   const AttnArgs args = make_attn_args(p, HD, group, head_chunks, splits, num_sms);
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(c.num_kv_heads * head_chunks),
                   static_cast<unsigned>(splits));
@@ -707,14 +758,18 @@ void launch_attention(const AttentionParams& p, int num_sms, cudaStream_t stream
 
 }  // namespace
 
+int attention_splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms) {
+  return splits_by_waves(base_blocks, max_seq, slots, num_sms);
+}
+
 int64_t attention_workspace_bytes(int num_sms) {
   // Splits are used only while the blocks without splits are fewer than
-  // F = kFillBlocksPerSm·SMs, and then (blocks without splits)·splits < 2F;
-  // a block holds at most 8 heads (CUDA cores) or 16 query rows (tensor-core
-  // decode) of one token. Larger tiles (prefill) use as many splits as this
-  // holds.
+  // kSplitBasePerSm·SMs, and then (blocks without splits)·splits is at most
+  // kSplitBlocksPerSm·SMs; a block holds at most 8 heads (CUDA cores) or 16
+  // query rows (tensor-core decode) of one token. Larger tiles (prefill) use
+  // as many splits as this holds.
   return counter_bytes(num_sms) +
-         int64_t{2} * kFillBlocksPerSm * num_sms * std::max(kMaxGroup, 16) * (kMaxHeadDim + 2) * 4;
+         int64_t{kSplitBlocksPerSm} * num_sms * std::max(kMaxGroup, 16) * (kMaxHeadDim + 2) * 4;
 }
 
 void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream) {

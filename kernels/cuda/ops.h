@@ -32,6 +32,10 @@ void sample(const SampleParams& p, cudaStream_t stream);
 // use (each attention call leaves the counters cleared).
 void attention(const AttentionParams& p, int num_sms, cudaStream_t stream);
 int64_t attention_workspace_bytes(int num_sms);
+// The decode split rule: splits per block for a split-free grid of
+// `base_blocks` blocks on a GPU of `num_sms` SMs holding `slots` blocks at
+// once, with sequences of up to `max_seq` keys (host code).
+int attention_splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms);
 void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream);
 
 }  // namespace lockstep::cuda

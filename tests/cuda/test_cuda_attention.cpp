@@ -137,6 +137,19 @@ void decode_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
     t.run_case({7, 8, 2, hd, Layout::kDecode}, dt, rng);
 }
 
+// The decode split rule (host code: runs without a GPU), on an H200's 132
+// SMs with 3 decode blocks per SM (head_dim 128) and sequences of up to
+// 1152 keys (at most 18 splits of 64), llama3-8b's 8 kv heads.
+TEST(AttentionSplits, FewestSplitsForTheFewestWaves) {
+  const auto splits = [](int64_t base) { return cuda::attention_splits_by_waves(base, 1152, 396, 132); };
+  EXPECT_EQ(splits(8), 18);    // batch 1: as many as the keys allow
+  EXPECT_EQ(splits(64), 6);    // batch 8: 384 blocks, one wave
+  EXPECT_EQ(splits(256), 3);   // batch 32: 768 blocks in 2 waves, against 512 in 2 with 2 splits
+  EXPECT_EQ(splits(512), 3);   // batch 64: 1536 blocks in 4 waves, against 512 in 2 unsplit
+  EXPECT_EQ(splits(528), 1);   // 4 blocks per SM without splits: none
+  EXPECT_EQ(cuda::attention_splits_by_waves(8, 100, 396, 132), 1);  // under two splits' worth of keys
+}
+
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF32) { decode_cases(*this, DType::kF32, 11); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuBf16) { decode_cases(*this, DType::kBF16, 111); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16, 211); }
