@@ -50,27 +50,6 @@ void* random_device_bf16(int64_t count, std::mt19937& rng) {
   return lockstep::bench::upload_bf16(host);
 }
 
-// Device-to-device copy of 2 GiB, GB/s counting bytes read and written
-// (eager: a 2 GiB copy captured in a graph measured 2.7 TB/s on the H200
-// against 4.2 eager).
-double copy_gbs(cudaStream_t stream) {
-  const size_t bytes = size_t{1} << 31;
-  void *a = nullptr, *b = nullptr;
-  LS_CHECK_CUDA(cudaMalloc(&a, bytes));
-  LS_CHECK_CUDA(cudaMalloc(&b, bytes));
-  LS_CHECK_CUDA(cudaMemsetAsync(a, 1, bytes, stream));
-  LS_CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-  const double us = 1000.0 *
-                    lockstep::bench::event_ms(stream, [&] {
-                      for (int i = 0; i < 10; ++i)
-                        LS_CHECK_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-                    }) /
-                    10.0;
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * static_cast<double>(bytes) / us / 1e3;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,7 +58,7 @@ int main(int argc, char** argv) {
   LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   lockstep::cuda::LinearContext ctx;
   std::mt19937 rng(5);
-  const double copy = copy_gbs(stream);
+  const double copy = lockstep::bench::copy_gbs(stream);
   std::printf("copy bandwidth %.0f GB/s\n", copy);
   std::printf("%-18s %5s %10s %10s %8s\n", "layer", "rows", "us", "GB/s", "%copy");
   constexpr int64_t kMaxRows = 64;

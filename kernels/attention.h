@@ -1,8 +1,11 @@
 // The KV cache and attention over it.
 //
-// Cache layout, per layer: [num_slots, max_seq, num_kv_heads, head_dim] for K
-// and for V; a sequence owns one slot, so its cache is contiguous. Token t of
-// a batch belongs to slot slots[t] at position positions[t].
+// Cache layout, per layer, for K and for V: [num_slots, max_seq, num_kv_heads,
+// head_dim], or with head_major [num_slots, num_kv_heads, max_seq, head_dim]
+// (each head's keys contiguous). Code finds an element through the strides
+// below, never through the layout. A sequence owns one slot, so its cache is
+// contiguous. Token t of a batch belongs to slot slots[t] at position
+// positions[t].
 //
 // kv_append writes each token's k and v at its position. attention then lets
 // token t attend to positions [0, positions[t]] of its slot, so a prompt of P
@@ -21,8 +24,14 @@ struct KvCacheShape {
   int64_t max_seq = 0;
   int64_t num_kv_heads = 0;  // local
   int64_t head_dim = 0;
+  bool head_major = false;
   int64_t slot_stride() const { return max_seq * num_kv_heads * head_dim; }
-  int64_t position_stride() const { return num_kv_heads * head_dim; }
+  int64_t position_stride() const { return head_major ? head_dim : num_kv_heads * head_dim; }
+  int64_t head_stride() const { return head_major ? max_seq * head_dim : head_dim; }
+  // Element offset of (slot, position, kv head).
+  int64_t offset(int64_t slot, int64_t position, int64_t kv_head) const {
+    return slot * slot_stride() + position * position_stride() + kv_head * head_stride();
+  }
 };
 
 struct KvAppendParams {
@@ -63,6 +72,9 @@ struct AttentionParams {
   // decode, the chunk length for prefill). A tiling hint for backends: any
   // batch is computed correctly whatever it says.
   int64_t tokens_per_sequence_hint = 1;
+  // At most this many workers per sequence (0: the backend's own rule).
+  // Benchmarks set it to compare split counts; any value gives the same result.
+  int64_t max_splits = 0;
   int64_t qkv_stride() const { return (num_heads + 2 * cache.num_kv_heads) * cache.head_dim; }
   void validate() const {
     LS_OP_REQUIRE(qkv && k_cache && v_cache && slots && positions && out, "attention", "null pointer");
@@ -70,6 +82,7 @@ struct AttentionParams {
                       num_heads % cache.num_kv_heads == 0 && cache.head_dim > 0,
                   "attention", "bad head counts heads={} kv_heads={}", num_heads, cache.num_kv_heads);
     LS_OP_REQUIRE(scale > 0.0f, "attention", "scale must be positive");
+    LS_OP_REQUIRE(max_splits >= 0, "attention", "max_splits {} must be >= 0", max_splits);
   }
 };
 

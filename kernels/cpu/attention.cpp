@@ -29,9 +29,12 @@ void kv_append(const KvAppendParams& p) {
     check_token(c, p.slots[t], p.positions[t]);
     const float* k = qkv + t * row_stride + p.num_heads * c.head_dim;
     const float* v = k + kv_width;
-    int64_t offset = p.slots[t] * c.slot_stride() + p.positions[t] * c.position_stride();
-    std::memcpy(static_cast<float*>(p.k_cache) + offset, k, static_cast<size_t>(kv_width) * 4);
-    std::memcpy(static_cast<float*>(p.v_cache) + offset, v, static_cast<size_t>(kv_width) * 4);
+    for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+      const int64_t offset = c.offset(p.slots[t], p.positions[t], h);
+      const auto bytes = static_cast<size_t>(c.head_dim) * 4;
+      std::memcpy(static_cast<float*>(p.k_cache) + offset, k + h * c.head_dim, bytes);
+      std::memcpy(static_cast<float*>(p.v_cache) + offset, v + h * c.head_dim, bytes);
+    }
   }
 }
 
@@ -49,14 +52,13 @@ void attention(const AttentionParams& p) {
   for (int64_t t = 0; t < p.tokens; ++t) {
     check_token(c, p.slots[t], p.positions[t]);
     const int64_t len = p.positions[t] + 1;
-    const float* k_slot = kc + p.slots[t] * c.slot_stride();
-    const float* v_slot = vc + p.slots[t] * c.slot_stride();
+
     for (int64_t h = 0; h < p.num_heads; ++h) {
       const float* q = qkv + t * p.qkv_stride() + h * c.head_dim;
       const int64_t kvh = h / group;
       float max_score = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        float s = dot(q, k_slot + j * c.position_stride() + kvh * c.head_dim, c.head_dim) * p.scale;
+        float s = dot(q, kc + c.offset(p.slots[t], j, kvh), c.head_dim) * p.scale;
         scores[static_cast<size_t>(j)] = s;
         max_score = std::max(max_score, s);
       }
@@ -65,7 +67,7 @@ void attention(const AttentionParams& p) {
       for (int64_t j = 0; j < len; ++j) {
         double e = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
         denom += e;
-        const float* v = v_slot + j * c.position_stride() + kvh * c.head_dim;
+        const float* v = vc + c.offset(p.slots[t], j, kvh);
         for (int64_t d = 0; d < c.head_dim; ++d) acc[static_cast<size_t>(d)] += e * v[d];
       }
       float* o = out + t * p.num_heads * c.head_dim + h * c.head_dim;

@@ -56,6 +56,8 @@ struct AttnArgs {
   int64_t num_heads;
   int64_t num_kv_heads;
   int64_t slot_stride;
+  int64_t pos_stride;   // elements between consecutive positions of one kv head
+  int64_t head_stride;  // elements between kv heads at one position
   int group;        // q heads per kv head
   int head_chunks;  // blocks per (token, kv head) along the group (CUDA cores, tensor-core decode)
   int splits;
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
   const int64_t per_split = (len + a.splits - 1) / a.splits;
   const int64_t begin = split * per_split;
   const int64_t end = min(len, begin + per_split);
-  const int64_t pos_stride = a.num_kv_heads * HD;
+  const int64_t pos_stride = a.pos_stride;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
 
@@ -221,7 +223,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
     s.m[threadIdx.x] = -INFINITY;
     s.l[threadIdx.x] = 0.0f;
   }
-  const int64_t cache_offset = static_cast<int64_t>(a.slots[t]) * a.slot_stride + kvh * HD;
+  const int64_t cache_offset = static_cast<int64_t>(a.slots[t]) * a.slot_stride + kvh * a.head_stride;
   const T* k_base = static_cast<const T*>(a.k_cache) + cache_offset;
   const T* v_base = static_cast<const T*>(a.v_cache) + cache_offset;
   float acc[kMaxGroup][E] = {};
@@ -333,14 +335,18 @@ AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int h
                   .num_heads = p.num_heads,
                   .num_kv_heads = p.cache.num_kv_heads,
                   .slot_stride = p.cache.slot_stride(),
+                  .pos_stride = p.cache.position_stride(),
+                  .head_stride = p.cache.head_stride(),
                   .group = group,
                   .head_chunks = head_chunks,
                   .splits = splits,
                   .scale = p.scale};
 }
 
-// Splits whose partial results fit the workspace (at most `wanted`).
+// Splits whose partial results fit the workspace (at most `wanted`, and at
+// most p.max_splits when set).
 int splits_that_fit(const AttentionParams& p, int head_dim, int wanted, int64_t base_blocks, int num_sms) {
+  if (p.max_splits > 0) wanted = static_cast<int>(std::min<int64_t>(wanted, p.max_splits));
   const int64_t bytes_per_split = p.tokens * p.num_heads * (head_dim + 2) * 4;
   const int64_t room = p.workspace_bytes - counter_bytes(num_sms);
   const int splits =
@@ -629,7 +635,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
   uint32_t qf[HD / 16][4];
   load_query_fragments<T, HD>(a, rows, qf);
   const float scale_log2 = a.scale * kLog2e;
-  const int64_t pos_stride = a.num_kv_heads * HD;
+  const int64_t pos_stride = a.pos_stride;
   const int64_t last_token = (tr.base + tr.count - 1) / a.group;
 
   for (int64_t run_begin = tr.base / a.group; run_begin <= last_token;) {
@@ -651,8 +657,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
     const int64_t begin = blockIdx.z * tiles_per_split * kTcKeys;
     const int64_t end = min(len, begin + tiles_per_split * kTcKeys);
     const int64_t tiles = end > begin ? ceil_div(end - begin, kTcKeys) : 0;
-    const T* k_base = static_cast<const T*>(a.k_cache) + slot * a.slot_stride + kvh * HD;
-    const T* v_base = static_cast<const T*>(a.v_cache) + slot * a.slot_stride + kvh * HD;
+    const T* k_base = static_cast<const T*>(a.k_cache) + slot * a.slot_stride + kvh * a.head_stride;
+    const T* v_base = static_cast<const T*>(a.v_cache) + slot * a.slot_stride + kvh * a.head_stride;
     // Tile i goes to buffer i % kStages; kStages - 1 tiles ahead are in flight.
     const auto load = [&](int64_t i) {
       if (i < tiles)

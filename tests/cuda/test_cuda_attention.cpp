@@ -22,13 +22,14 @@ struct AttnCase {
   int64_t tokens, heads, kv_heads, head_dim;
   Layout layout;
   int64_t hint = 0;  // tokens_per_sequence_hint; 0: the layout's true longest run
+  int64_t max_splits = 0;
 };
 
 std::string describe(const AttnCase& c) {
   const char* names[] = {"decode", "prefill", "mixed"};
   return std::string(names[static_cast<int>(c.layout)]) + " tokens=" + std::to_string(c.tokens) +
          " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd=" + std::to_string(c.head_dim) +
-         " hint=" + std::to_string(c.hint);
+         " hint=" + std::to_string(c.hint) + " max_splits=" + std::to_string(c.max_splits);
 }
 
 // Slots and positions of each layout; returns the longest run of one slot.
@@ -57,8 +58,12 @@ int64_t fill_layout(const AttnCase& ac, int64_t max_seq, std::mt19937& rng, std:
 class CudaAttentionTest : public CudaOpTest {
  public:
   void run_case(const AttnCase& ac, DType dt, std::mt19937& rng) {
-    const KvCacheShape cache{.num_slots = ac.layout == Layout::kPrefill ? 2 : ac.tokens, .max_seq = 1200, .num_kv_heads = ac.kv_heads,
-                             .head_dim = ac.head_dim};
+    // Both cache layouts, picked at random per case.
+    const KvCacheShape cache{.num_slots = ac.layout == Layout::kPrefill ? 2 : ac.tokens,
+                             .max_seq = 1200,
+                             .num_kv_heads = ac.kv_heads,
+                             .head_dim = ac.head_dim,
+                             .head_major = std::bernoulli_distribution(0.5)(rng)};
     const int64_t cache_elems = cache.num_slots * cache.slot_stride();
     // Earlier context: the whole cache starts filled with random keys/values.
     std::vector<float> k = random_values(cache_elems, dt, rng), v = random_values(cache_elems, dt, rng);
@@ -77,7 +82,8 @@ class CudaAttentionTest : public CudaOpTest {
                       .positions = d_pos.ints(), .out = d_out.get(), .tokens = ac.tokens, .num_heads = ac.heads,
                       .cache = cache, .scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim)), .dtype = dt,
                       .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_),
-                      .tokens_per_sequence_hint = ac.hint > 0 ? ac.hint : longest};
+                      .tokens_per_sequence_hint = ac.hint > 0 ? ac.hint : longest,
+                      .max_splits = ac.max_splits};
     // The KV append runs fused into qk_norm_rope; a zero frequency makes the
     // rotation exact identity, so the cache must hold exact copies.
     const std::vector<float> zero_freq(static_cast<size_t>(ac.head_dim / 2), 0.0f);
@@ -107,7 +113,7 @@ class CudaAttentionTest : public CudaOpTest {
     cpu::attention(cp);
     expect_close(d_k.download(), k, DType::kF32, "kv_append K " + describe(ac));  // exact copies
     expect_close(d_v.download(), v, DType::kF32, "kv_append V " + describe(ac));
-    expect_close(d_out.download(), want, dt, "attention " + describe(ac));
+    expect_close(d_out.download(), want, dt, "attention " + describe(ac) + (cache.head_major ? " head-major" : ""));
   }
 
  protected:
@@ -135,6 +141,8 @@ void decode_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
   if (dt == DType::kBF16) t.run_case({3, 8, 1, 256, Layout::kDecode}, dt, rng);
   for (int64_t hd : {8, 16, 32})  // small heads (test models): the CUDA-core kernel with idle lanes
     t.run_case({7, 8, 2, hd, Layout::kDecode}, dt, rng);
+  for (int64_t cap : {1, 2, 5})  // a cap on the splits below the rule's choice
+    for (int64_t hd : {32, 128}) t.run_case({1, 32, 8, hd, Layout::kDecode, 0, cap}, dt, rng);
 }
 
 // The decode split rule (host code: runs without a GPU), on an H200's 132
