@@ -4,13 +4,11 @@
 // launch per layer over 32 layers' distinct caches, so that L2 (60 MB on the
 // H200) cannot serve a layer's keys to the next launch. The cache holds a
 // repeated random pattern (the kernel's time does not depend on the values).
-// Both cache layouts (position-major and head-major), and under each the
-// split rule's choice and smaller caps on the splits (max_splits).
-// Prints one row per (layout, batch, cap): microseconds per launch, the KV
-// bytes read per second and their share of the copy bandwidth measured in
-// the same run.
-// Run: build/attention_bench [iterations] [ctx] [layout batch cap]
-// (the last three select one row, e.g. for a profiler: layout 0 or 1).
+// The split rule's choice and smaller caps on the splits (max_splits).
+// Prints one row per (batch, cap): microseconds per launch, the KV bytes read
+// per second and their share of the copy bandwidth measured in the same run.
+// Run: build/attention_bench [iterations] [ctx] [batch cap]
+// (the last two select one row, e.g. for a profiler).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,7 +29,6 @@ using lockstep::DType;
 constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kLayers = 32, kMaxBatch = 64;
 
 struct Row {
-  bool head_major;
   int64_t batch;
   int64_t cap;  // max_splits; 0: the rule's choice
 };
@@ -54,12 +51,10 @@ void* patterned_bf16(int64_t count, std::mt19937& rng) {
 
 std::vector<Row> all_rows() {
   std::vector<Row> rows;
-  for (bool head_major : {false, true}) {
-    for (int64_t cap : {0, 12, 8, 6, 4, 2}) rows.push_back({head_major, 1, cap});
-    for (int64_t cap : {0, 4, 3, 2}) rows.push_back({head_major, 8, cap});
-    for (int64_t cap : {0, 2, 1}) rows.push_back({head_major, 32, cap});
-    for (int64_t cap : {0, 2, 1}) rows.push_back({head_major, 64, cap});
-  }
+  for (int64_t cap : {0, 12, 8, 6, 4, 2}) rows.push_back({1, cap});
+  for (int64_t cap : {0, 4, 3, 2, 1}) rows.push_back({8, cap});
+  for (int64_t cap : {0, 2, 1}) rows.push_back({32, cap});
+  for (int64_t cap : {0, 2, 1}) rows.push_back({64, cap});
   return rows;
 }
 
@@ -69,7 +64,7 @@ int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 20;
   const int64_t ctx = argc > 2 ? std::atoll(argv[2]) : 1024;
   std::vector<Row> rows = all_rows();
-  if (argc > 5) rows = {Row{std::atoi(argv[3]) != 0, std::atoll(argv[4]), std::atoll(argv[5])}};
+  if (argc > 4) rows = {Row{std::atoll(argv[3]), std::atoll(argv[4])}};
   cudaStream_t stream;
   LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int num_sms = 0;
@@ -77,7 +72,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(7);
   const double copy = lockstep::bench::copy_gbs(stream);
 
-  lockstep::KvCacheShape cache{.num_slots = kMaxBatch, .max_seq = ctx + 128, .num_kv_heads = kKvHeads,
+  const lockstep::KvCacheShape cache{.num_slots = kMaxBatch, .max_seq = ctx + 128, .num_kv_heads = kKvHeads,
                                .head_dim = kHeadDim};
   const int64_t layer_elems = cache.num_slots * cache.slot_stride();
   void* k = patterned_bf16(kLayers * layer_elems, rng);
@@ -97,9 +92,8 @@ int main(int argc, char** argv) {
   lockstep::cuda::clear_attention_workspace(ws, num_sms, stream);
 
   std::printf("copy bandwidth %.0f GB/s; ctx %lld; %d SMs\n", copy, static_cast<long long>(ctx), num_sms);
-  std::printf("%-12s %5s %5s %10s %10s %8s\n", "layout", "batch", "cap", "us", "GB/s", "%copy");
+  std::printf("%5s %5s %10s %10s %8s\n", "batch", "cap", "us", "GB/s", "%copy");
   for (const Row& r : rows) {
-    cache.head_major = r.head_major;
     lockstep::AttentionParams p{.qkv = qkv,
                                 .k_cache = k,
                                 .v_cache = v,
@@ -124,8 +118,7 @@ int main(int argc, char** argv) {
     const double us = lockstep::bench::graphed_us(stream, kLayers, iters, layer);
     const double bytes = 2.0 * 2.0 * static_cast<double>(r.batch * (ctx + 1) * kKvHeads * kHeadDim);
     const double gbs = bytes / us / 1e3;
-    std::printf("%-12s %5lld %5lld %10.2f %10.0f %8.1f\n", r.head_major ? "head-major" : "pos-major",
-                static_cast<long long>(r.batch), static_cast<long long>(r.cap), us, gbs, 100.0 * gbs / copy);
+    std::printf("%5lld %5lld %10.2f %10.0f %8.1f\n", static_cast<long long>(r.batch), static_cast<long long>(r.cap), us, gbs, 100.0 * gbs / copy);
   }
   for (void* b : {k, v, qkv, out, ws}) cudaFree(b);
   cudaFree(d_slots);

@@ -1,11 +1,10 @@
 // The KV cache and attention over it.
 //
 // Cache layout, per layer, for K and for V: [num_slots, max_seq, num_kv_heads,
-// head_dim], or with head_major [num_slots, num_kv_heads, max_seq, head_dim]
-// (each head's keys contiguous). Code finds an element through the strides
-// below, never through the layout. A sequence owns one slot, so its cache is
-// contiguous. Token t of a batch belongs to slot slots[t] at position
-// positions[t].
+// head_dim] (code finds an element through the strides below). A sequence
+// owns one slot, so its cache is contiguous. Token t of a batch belongs to
+// slot slots[t] at position positions[t]. (A head-major layout, each head's
+// keys contiguous, measured no faster on the H200: benchmarks/NOTES.md.)
 //
 // kv_append writes each token's k and v at its position. attention then lets
 // token t attend to positions [0, positions[t]] of its slot, so a prompt of P
@@ -24,10 +23,9 @@ struct KvCacheShape {
   int64_t max_seq = 0;
   int64_t num_kv_heads = 0;  // local
   int64_t head_dim = 0;
-  bool head_major = false;
   int64_t slot_stride() const { return max_seq * num_kv_heads * head_dim; }
-  int64_t position_stride() const { return head_major ? head_dim : num_kv_heads * head_dim; }
-  int64_t head_stride() const { return head_major ? max_seq * head_dim : head_dim; }
+  int64_t position_stride() const { return num_kv_heads * head_dim; }
+  int64_t head_stride() const { return head_dim; }
   // Element offset of (slot, position, kv head).
   int64_t offset(int64_t slot, int64_t position, int64_t kv_head) const {
     return slot * slot_stride() + position * position_stride() + kv_head * head_stride();

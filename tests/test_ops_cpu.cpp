@@ -188,7 +188,6 @@ TEST(RopeInvFreq, Llama3ScalingMatchesTheFormula) {
 
 struct AttnCase {
   int64_t heads, kv_heads, head_dim;
-  bool head_major = false;  // the cache layout
 };
 
 class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
@@ -197,8 +196,7 @@ class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
 // in one call: causal prefill and decode are the same op.
 TEST_P(AttentionTest, CausalPrefillAndDecodeInOneBatch) {
   const AttnCase ac = GetParam();
-  const KvCacheShape cs{
-      .num_slots = 2, .max_seq = 32, .num_kv_heads = ac.kv_heads, .head_dim = ac.head_dim, .head_major = ac.head_major};
+  const KvCacheShape cs{.num_slots = 2, .max_seq = 32, .num_kv_heads = ac.kv_heads, .head_dim = ac.head_dim};
   const int64_t width = (ac.heads + 2 * ac.kv_heads) * ac.head_dim;
   std::vector<int32_t> slots, pos;
   for (int32_t p = 0; p < 7; ++p) slots.push_back(0), pos.push_back(p);  // history of slot 0
@@ -250,8 +248,7 @@ TEST_P(AttentionTest, CausalPrefillAndDecodeInOneBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Gqa, AttentionTest,
                          ::testing::Values(AttnCase{4, 4, 64}, AttnCase{8, 2, 64}, AttnCase{5, 1, 128},
-                                           AttnCase{8, 1, 128}, AttnCase{8, 2, 64, true},
-                                           AttnCase{5, 1, 128, true}));
+                                           AttnCase{8, 1, 128}));
 
 TEST(KvCache, OutOfRangePositionIsRefused) {
   const KvCacheShape cs{.num_slots = 1, .max_seq = 4, .num_kv_heads = 1, .head_dim = 2};

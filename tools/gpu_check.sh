@@ -170,22 +170,24 @@ if want bench_small; then
 note "bench small rc=$? $(tr '\n' ' ' < "$OUT/bench_small.txt")"
 fi
 
-# attention: benchmarks/attention_bench (decode attention alone, both cache
-# layouts, split caps); profile_attention: ncu's full set on one launch of
-# each row in PROFILE_ATTENTION ("layout batch cap" triples separated by ';',
-# default the split rule at batch 1 and 32 under both layouts).
+# attention: benchmarks/attention_bench (decode attention alone, split caps);
+# profile_attention: ncu's full set on one launch of each row in
+# PROFILE_ATTENTION ("batch cap" pairs separated by ';', default the split
+# rule at batch 1 and 32), with the source lines of the hottest stalls.
 if want attention; then
   "$BUILD/attention_bench" 20 1024 > "$OUT/attention_bench.txt" 2>&1
   note "attention_bench rc=$? (table in attention_bench.txt)"
   cat "$OUT/attention_bench.txt"
 fi
 if want profile_attention; then
-  IFS=';' read -ra PROWS <<< "${PROFILE_ATTENTION:-0 1 0;1 1 0;0 32 0;1 32 0}"
+  IFS=';' read -ra PROWS <<< "${PROFILE_ATTENTION:-1 0;32 0}"
   for row in "${PROWS[@]}"; do
     tag=$(echo $row | tr ' ' _)
     timeout ${PROFILE_TIMEOUT_S:-120} ncu --set full -k regex:attention --launch-skip 40 --launch-count 1 \
-      -o "$OUT/attn_$tag" "$BUILD/attention_bench" 2 1024 $row > "$OUT/profile_attention_$tag.log" 2>&1
+      --import-source yes -o "$OUT/attn_$tag" "$BUILD/attention_bench" 2 1024 $row > "$OUT/profile_attention_$tag.log" 2>&1
     ncu --import "$OUT/attn_$tag.ncu-rep" --print-details all > "$OUT/profile_attention_$tag.txt" 2>&1
+    ncu --import "$OUT/attn_$tag.ncu-rep" --page source --print-source cuda --csv \
+      > "$OUT/profile_attention_${tag}_source.csv" 2>&1
     note "profile attention $row rc=$? $(grep -E '^    (Duration|DRAM Throughput|Achieved Occupancy|Registers Per)' \
       "$OUT/profile_attention_$tag.txt" | awk '{print $1, $(NF)}' | tr '\n' ' ')"
   done

@@ -389,21 +389,38 @@ struct TcTile {
 // Tiles of keys in flight per block: two for decode, where copies dominate.
 constexpr int tc_stages(int row_warps) { return row_warps == 1 ? 2 : 1; }
 
-// A block's query rows: flattened rows base .. base + count - 1.
+// A block's query rows: flattened rows base .. base + count - 1 (row
+// t·group + g is token t's q head g of kv head blockIdx.y). A decode tile's
+// rows are q heads head0 .. head0 + count - 1 of one token.
 struct TileRows {
   int64_t base;
   int count;
+  int64_t token;  // decode tiles only
+  int64_t head0;  // decode tiles only
 };
 
 template <int RowWarps>
 __device__ TileRows tile_rows(const AttnArgs& a) {
   if constexpr (RowWarps == 4) {
     const int64_t base = static_cast<int64_t>(blockIdx.x) * 64;
-    return {base, static_cast<int>(min(int64_t{64}, a.tokens * a.group - base))};
+    return {base, static_cast<int>(min(int64_t{64}, a.tokens * a.group - base)), 0, 0};
   } else {
     const int64_t token = blockIdx.x / a.head_chunks;
     const int chunk = static_cast<int>(blockIdx.x % a.head_chunks);
-    return {token * a.group + chunk * 16, min(16, a.group - chunk * 16)};
+    return {token * a.group + chunk * 16, min(16, a.group - chunk * 16), token,
+            static_cast<int64_t>(blockIdx.y) * a.group + chunk * 16};
+  }
+}
+
+// Row r of the block's tile: its token and q head. Flattened rows fit an int
+// (the launcher checks), so the division is 32-bit.
+template <int RowWarps>
+__device__ void tile_row(const AttnArgs& a, const TileRows& tr, int r, int64_t& token, int64_t& head) {
+  if constexpr (RowWarps == 1) {
+    token = tr.token, head = tr.head0 + r;
+  } else {
+    const int flat = static_cast<int>(tr.base) + r;
+    token = flat / a.group, head = static_cast<int64_t>(blockIdx.y) * a.group + flat % a.group;
   }
 }
 
@@ -466,14 +483,17 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
       mma_16816<T>(sc[j], qf[ks + 1], b[2], b[3]);
     }
   }
+  // Row i sees the tile's keys up to `last[i]` (tile-relative, -1: none).
+  int last[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) last[i] = static_cast<int>(max(int64_t{-1}, min(int64_t{kTcKeys}, limit[i] - tile_pos)));
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int j = 0; j < Keys / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = e / 2;
-      const int64_t key = tile_pos + k0 + 8 * j + 2 * c + e % 2;
-      sc[j][e] = key <= limit[i] ? sc[j][e] * scale_log2 : -INFINITY;
+      sc[j][e] = k0 + 8 * j + 2 * c + e % 2 <= last[i] ? sc[j][e] * scale_log2 : -INFINITY;
       mx[i] = fmaxf(mx[i], sc[j][e]);
     }
   float alpha[2], base[2];
@@ -495,10 +515,11 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
       sc[j][e] = exp2f(sc[j][e] - base[e / 2]);
       st.l[e / 2] += sc[j][e];
     }
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))  // a new running max: rescale
 #pragma unroll
-  for (int d = 0; d < HD / 8; ++d)
+    for (int d = 0; d < HD / 8; ++d)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) st.o[d][e] *= alpha[e / 2];
+      for (int e = 0; e < 4; ++e) st.o[d][e] *= alpha[e / 2];
 #pragma unroll
   for (int kk = 0; kk < Keys / 16; ++kk) {
     const uint32_t pa[4] = {pack2<T>(sc[2 * kk][0], sc[2 * kk][1]), pack2<T>(sc[2 * kk][2], sc[2 * kk][3]),
@@ -550,61 +571,99 @@ __device__ void tc_finish_rows(const AttnArgs& a, const TcRows& rows, const bool
   }
 }
 
-// RowWarps = 1: the four warps hold the same 16 rows over different keys;
-// merge them through shared memory (reusing the tile buffer) and write.
+// RowWarps = 1: the four warps hold the same rows (q heads head0 .. head0 +
+// count - 1 of one token) over different keys. They merge through shared
+// memory (the tile buffers, free by then): each warp's outputs, then one
+// weight per (warp, row), then one thread per four output dimensions of a
+// row sums the warps' outputs and writes them.
 template <typename T, int HD>
-__device__ void tc_merge_warps(const AttnArgs& a, TileRows tr, int64_t run_begin, int64_t run_end, TcState<HD>& st,
-                               void* smem) {
-  static_assert(4 * 16 * (HD + 2) * sizeof(float) <= sizeof(TcTile<T, HD>), "merge buffer exceeds the tile");
-  float* so = static_cast<float*>(smem);  // [warp][row][HD]
-  float* sml = so + 4 * 16 * HD;          // [warp][row][2]
+__device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, TcState<HD>& st, void* smem) {
+  constexpr int kLd = HD + 8;  // padded rows: conflict-free 8-byte stores
+  static_assert((4 * 16 * kLd + 3 * 4 * 16) * sizeof(float) <= 2 * sizeof(TcTile<T, HD>),
+                "merge buffer exceeds the decode tiles");
+  float* so = static_cast<float*>(smem);  // [warp][row][kLd]
+  float* sm = so + 4 * 16 * kLd;          // [warp][row]: running max (log2 units), then row r's max at [r]
+  float* sw = sm + 4 * 16;                // [warp][row]: running sum, then the warp's weight
+  float* sl = sw + 4 * 16;                // [row]: the merged sum
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-  __syncthreads();  // the tile buffer is free
+  __syncthreads();  // every warp is done with the tiles
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     st.l[i] += __shfl_xor_sync(0xffffffffu, st.l[i], 1);
     st.l[i] += __shfl_xor_sync(0xffffffffu, st.l[i], 2);
+    const int r = g + 8 * i;
+    if (r >= tr.count) continue;
 #pragma unroll
     for (int d = 0; d < HD / 8; ++d)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) so[(warp * 16 + g + 8 * i) * HD + 8 * d + 2 * c + e] = st.o[d][2 * i + e];
-    if (c == 0) {
-      sml[(warp * 16 + g + 8 * i) * 2] = st.m[i];
-      sml[(warp * 16 + g + 8 * i) * 2 + 1] = st.l[i];
-    }
+      *reinterpret_cast<float2*>(&so[(warp * 16 + r) * kLd + 8 * d + 2 * c]) =
+          make_float2(st.o[d][2 * i], st.o[d][2 * i + 1]);
+    if (c == 0) sm[warp * 16 + r] = st.m[i], sw[warp * 16 + r] = st.l[i];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < 16 * HD; idx += kTcThreads) {
-    const int r = idx / HD, d = idx % HD;
-    const int64_t flat = tr.base + r;
-    const int64_t token = flat / a.group;
-    if (r >= tr.count || token < run_begin || token > run_end) continue;
-    float m = -INFINITY;
+  if (threadIdx.x < tr.count) {
+    const int r = threadIdx.x;
+    float m = -INFINITY, l = 0.0f;
+#pragma unroll
     for (int w = 0; w < 4; ++w)
-      if (sml[(w * 16 + r) * 2 + 1] > 0.0f) m = fmaxf(m, sml[(w * 16 + r) * 2]);
-    float l = 0.0f, sum = 0.0f;
+      if (sw[w * 16 + r] > 0.0f) m = fmaxf(m, sm[w * 16 + r]);
+#pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const float lw = sml[(w * 16 + r) * 2 + 1];
-      if (lw <= 0.0f) continue;
-      const float scale = exp2f(sml[(w * 16 + r) * 2] - m);
-      l += lw * scale;
-      sum += so[(w * 16 + r) * HD + d] * scale;
+      const float lw = sw[w * 16 + r];
+      const float weight = lw > 0.0f ? exp2f(sm[w * 16 + r] - m) : 0.0f;
+      l += lw * weight;
+      sw[w * 16 + r] = weight;
     }
-    tc_store_row<T, HD>(a, token, blockIdx.y * a.group + flat % a.group, d, sum, m, l);
+    sm[r] = m, sl[r] = l;
   }
-  __syncthreads();  // before the next run's tiles overwrite the buffer
+  __syncthreads();
+  constexpr int kQuads = HD / 4;
+  for (int item = threadIdx.x; item < tr.count * kQuads; item += kTcThreads) {
+    const int r = item / kQuads, d = item % kQuads * 4;
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float weight = sw[w * 16 + r];
+      const float4 o = *reinterpret_cast<const float4*>(&so[(w * 16 + r) * kLd + d]);
+      sum.x += weight * o.x, sum.y += weight * o.y, sum.z += weight * o.z, sum.w += weight * o.w;
+    }
+    const int64_t h = tr.token * a.num_heads + tr.head0 + r;
+    if (a.splits == 1) {
+      const float l = sl[r];
+      Vec<T, 4> out;
+      out.set(0, l > 0.0f ? sum.x / l : 0.0f), out.set(1, l > 0.0f ? sum.y / l : 0.0f);
+      out.set(2, l > 0.0f ? sum.z / l : 0.0f), out.set(3, l > 0.0f ? sum.w / l : 0.0f);
+      out.store(static_cast<T*>(a.out) + h * HD + d);
+    } else {
+      const int64_t entry = h * a.splits + blockIdx.z;
+      *reinterpret_cast<float4*>(a.ws_acc + entry * HD + d) = sum;
+      if (d == 0) {
+        a.ws_ml[entry * 2] = sl[r] > 0.0f ? sm[r] * kLn2 : -INFINITY;
+        a.ws_ml[entry * 2 + 1] = sl[r];
+      }
+    }
+  }
 }
 
-// Copies one tile of keys and values, [tile, tile + kTcKeys) clipped to end.
+// Copies one tile of keys and values, [tile, tile + kTcKeys) clipped to end
+// (zero-filled past it). Thread i copies 16-byte chunk i % (HD/8) of keys
+// i / (HD/8) + n·kKeyStep.
 template <typename T, int HD>
 __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base, int64_t pos_stride, int64_t tile,
                              int64_t end) {
-  for (int i = threadIdx.x; i < kTcKeys * HD / 8; i += kTcThreads) {
-    const int key = i / (HD / 8), col = (i % (HD / 8)) * 8;
-    const bool in_range = tile + key < end;
-    const int64_t offset = (in_range ? tile + key : 0) * pos_stride + col;
-    cp_async_16(&s.k[key][col], k_base + offset, in_range);
-    cp_async_16(&s.v[key][col], v_base + offset, in_range);
+  constexpr int kChunks = HD / 8;
+  constexpr int kKeyStep = kTcThreads / kChunks;
+  static_assert(kTcKeys % kKeyStep == 0, "a tile's keys split evenly over the threads");
+  const int key0 = static_cast<int>(threadIdx.x) / kChunks, col = static_cast<int>(threadIdx.x) % kChunks * 8;
+  const int valid = static_cast<int>(min(int64_t{kTcKeys}, end - tile));
+  const int64_t offset = (tile + key0) * pos_stride + col;
+  const int64_t step = kKeyStep * pos_stride;
+#pragma unroll
+  for (int n = 0; n < kTcKeys / kKeyStep; ++n) {
+    const int key = key0 + n * kKeyStep;
+    const bool in_range = key < valid;
+    const int64_t at = in_range ? offset + n * step : col;
+    cp_async_16(&s.k[key][col], k_base + at, in_range);
+    cp_async_16(&s.v[key][col], v_base + at, in_range);
   }
   cp_async_commit();
 }
@@ -627,10 +686,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int r = warp_row0 + lane / 4 + 8 * i;
-    const int64_t flat = tr.base + r;
     rows.valid[i] = r < tr.count;
-    rows.token[i] = rows.valid[i] ? flat / a.group : 0;
-    rows.head[i] = kvh * a.group + flat % a.group;
+    tile_row<RowWarps>(a, tr, rows.valid[i] ? r : 0, rows.token[i], rows.head[i]);
   }
   uint32_t qf[HD / 16][4];
   load_query_fragments<T, HD>(a, rows, qf);
@@ -678,7 +735,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       __syncthreads();  // buffer i % kStages is free for tile i + kStages
     }
     if constexpr (RowWarps == 1)
-      tc_merge_warps<T, HD>(a, tr, run_begin, run_end, st, smem);
+      tc_merge_warps<T, HD>(a, tr, st, smem);  // a decode tile is one token: one run
     else
       tc_finish_rows<T, HD>(a, rows, active, st);
     run_begin = run_end + 1;
@@ -688,8 +745,9 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
     merge_splits<T, HD>(
         a, tr.count,
         [&](int r) {
-          const int64_t flat = tr.base + r;
-          return flat / a.group * a.num_heads + kvh * a.group + flat % a.group;
+          int64_t token, head;
+          tile_row<RowWarps>(a, tr, r, token, head);
+          return token * a.num_heads + head;
         },
         reinterpret_cast<float*>(smem));
 }
@@ -729,6 +787,8 @@ void launch_attention_tensor_core(const AttentionParams& p, int num_sms, cudaStr
   const int group = static_cast<int>(p.num_heads / c.num_kv_heads);
   // Prefill-like batches (long runs of one slot) fill 64-row tiles; decode
   // batches use one token's q heads (16 at a time) with the warps splitting the keys.
+  LS_OP_REQUIRE(p.tokens * group < (int64_t{1} << 31), "attention", "{} tokens of {} q heads per kv head exceed the "
+                "tiling's 32-bit row index", p.tokens, group);
   const bool wide = p.tokens_per_sequence_hint * group >= 48;
   const int head_chunks = wide ? 1 : static_cast<int>(ceil_div(group, 16));
   const int64_t row_tiles = wide ? ceil_div(p.tokens * group, 64) : p.tokens * head_chunks;

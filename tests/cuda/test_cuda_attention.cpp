@@ -58,12 +58,10 @@ int64_t fill_layout(const AttnCase& ac, int64_t max_seq, std::mt19937& rng, std:
 class CudaAttentionTest : public CudaOpTest {
  public:
   void run_case(const AttnCase& ac, DType dt, std::mt19937& rng) {
-    // Both cache layouts, picked at random per case.
     const KvCacheShape cache{.num_slots = ac.layout == Layout::kPrefill ? 2 : ac.tokens,
                              .max_seq = 1200,
                              .num_kv_heads = ac.kv_heads,
-                             .head_dim = ac.head_dim,
-                             .head_major = std::bernoulli_distribution(0.5)(rng)};
+                             .head_dim = ac.head_dim};
     const int64_t cache_elems = cache.num_slots * cache.slot_stride();
     // Earlier context: the whole cache starts filled with random keys/values.
     std::vector<float> k = random_values(cache_elems, dt, rng), v = random_values(cache_elems, dt, rng);
@@ -113,7 +111,7 @@ class CudaAttentionTest : public CudaOpTest {
     cpu::attention(cp);
     expect_close(d_k.download(), k, DType::kF32, "kv_append K " + describe(ac));  // exact copies
     expect_close(d_v.download(), v, DType::kF32, "kv_append V " + describe(ac));
-    expect_close(d_out.download(), want, dt, "attention " + describe(ac) + (cache.head_major ? " head-major" : ""));
+    expect_close(d_out.download(), want, dt, "attention " + describe(ac));
   }
 
  protected:
