@@ -295,10 +295,12 @@ int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
 // The time goes as the waves of blocks over the slots times the keys of one
 // block (1/splits), so the rule takes the fewest splits that minimize
 // waves/splits: a last wave that half fills the GPU costs as much as a full
-// one. At most one split per kMinKeysPerSplit keys of the longest sequence
-// the cache holds (the lengths themselves live on the device).
+// one. No splits once the grid without them fills every slot (measured:
+// batch 64 of llama3-8b, 512 blocks on 396 slots, ran 5% faster unsplit than
+// in 3 splits). At most one split per kMinKeysPerSplit keys of the longest
+// sequence the cache holds (the lengths themselves live on the device).
 int splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms) {
-  if (base_blocks >= int64_t{kSplitBasePerSm} * num_sms) return 1;
+  if (base_blocks >= std::min(slots, int64_t{kSplitBasePerSm} * num_sms)) return 1;
   const int64_t most = std::min<int64_t>({kMaxSplits, std::max<int64_t>(1, max_seq / kMinKeysPerSplit),
                                           std::max<int64_t>(1, int64_t{kSplitBlocksPerSm} * num_sms / base_blocks)});
   const auto cost = [&](int64_t splits) {
@@ -646,7 +648,8 @@ __device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, TcState<HD
 
 // Copies one tile of keys and values, [tile, tile + kTcKeys) clipped to end
 // (zero-filled past it). Thread i copies 16-byte chunk i % (HD/8) of keys
-// i / (HD/8) + n·kKeyStep.
+// i / (HD/8) + n·kKeyStep: one 64-bit base address per tile, then 32-bit
+// steps (a slot's keys span far less than 2^31 elements).
 template <typename T, int HD>
 __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base, int64_t pos_stride, int64_t tile,
                              int64_t end) {
@@ -654,16 +657,18 @@ __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base,
   constexpr int kKeyStep = kTcThreads / kChunks;
   static_assert(kTcKeys % kKeyStep == 0, "a tile's keys split evenly over the threads");
   const int key0 = static_cast<int>(threadIdx.x) / kChunks, col = static_cast<int>(threadIdx.x) % kChunks * 8;
-  const int valid = static_cast<int>(min(int64_t{kTcKeys}, end - tile));
-  const int64_t offset = (tile + key0) * pos_stride + col;
-  const int64_t step = kKeyStep * pos_stride;
+  const int valid = static_cast<int>(min(int64_t{kTcKeys}, end - tile)) - key0;
+  // Out-of-range chunks name a key this thread copies in range, or key 0.
+  const int64_t offset = valid > 0 ? (tile + key0) * pos_stride + col : col;
+  const T* k = k_base + offset;
+  const T* v = v_base + offset;
+  const int step = kKeyStep * static_cast<int>(pos_stride);
 #pragma unroll
   for (int n = 0; n < kTcKeys / kKeyStep; ++n) {
-    const int key = key0 + n * kKeyStep;
-    const bool in_range = key < valid;
-    const int64_t at = in_range ? offset + n * step : col;
-    cp_async_16(&s.k[key][col], k_base + at, in_range);
-    cp_async_16(&s.v[key][col], v_base + at, in_range);
+    const bool in_range = n * kKeyStep < valid;
+    const int at = in_range ? n * step : 0;  // out of range: nothing is read (zero-filled)
+    cp_async_16(&s.k[key0 + n * kKeyStep][col], k + at, in_range);
+    cp_async_16(&s.v[key0 + n * kKeyStep][col], v + at, in_range);
   }
   cp_async_commit();
 }

@@ -151,8 +151,10 @@ TEST(AttentionSplits, FewestSplitsForTheFewestWaves) {
   EXPECT_EQ(splits(8), 18);    // batch 1: as many as the keys allow
   EXPECT_EQ(splits(64), 6);    // batch 8: 384 blocks, one wave
   EXPECT_EQ(splits(256), 3);   // batch 32: 768 blocks in 2 waves, against 512 in 2 with 2 splits
-  EXPECT_EQ(splits(512), 3);   // batch 64: 1536 blocks in 4 waves, against 512 in 2 unsplit
-  EXPECT_EQ(splits(528), 1);   // 4 blocks per SM without splits: none
+  EXPECT_EQ(splits(395), 1);   // 790 blocks in 2 waves or 1185 in 3: no better than 395 in 1
+  EXPECT_EQ(splits(396), 1);   // the grid without splits fills every slot: none
+  EXPECT_EQ(splits(512), 1);   // batch 64
+  EXPECT_EQ(cuda::attention_splits_by_waves(600, 1152, 1000, 132), 1);  // 4 blocks per SM: none
   EXPECT_EQ(cuda::attention_splits_by_waves(8, 100, 396, 132), 1);  // under two splits' worth of keys
 }
 
