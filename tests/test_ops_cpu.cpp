@@ -260,6 +260,17 @@ TEST(KvCache, OutOfRangePositionIsRefused) {
                Error);
 }
 
+TEST(KvCache, NegativeSplitCapIsRefused) {
+  const KvCacheShape cs{.num_slots = 1, .max_seq = 4, .num_kv_heads = 1, .head_dim = 2};
+  std::vector<float> qkv(6, 1.0f), k(8, 0.0f), v(8, 0.0f), out(2);
+  int32_t slot = 0, pos = 1;
+  AttentionParams p{.qkv = qkv.data(), .k_cache = k.data(), .v_cache = v.data(), .slots = &slot, .positions = &pos,
+                    .out = out.data(), .tokens = 1, .num_heads = 1, .cache = cs, .scale = 1.0f, .max_splits = -1};
+  EXPECT_THROW(cpu::attention(p), Error);
+  p.max_splits = 3;  // a cap on the splits changes nothing on the CPU
+  EXPECT_NO_THROW(cpu::attention(p));
+}
+
 // The linear op's stages: the params must describe one chain (the norm
 // writes x, SiLU·mul reads y) and a fused kernel must be able to read the
 // old residual while the new one is written.
