@@ -26,7 +26,6 @@ struct CacheTarget {
   const int32_t* slots;
   int64_t slot_stride;
   int64_t position_stride;
-  int64_t head_stride;
 };
 
 template <typename T>
@@ -51,10 +50,10 @@ __global__ void qk_norm_rope_kernel(T* qkv, const int32_t* positions, const floa
   const int64_t kv_width = num_kv_heads * head_dim;
   const int64_t dst =
       cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + positions[t] * cache.position_stride;
+  // A token's kv heads are contiguous in the cache (KvCacheShape: head_stride() == head_dim).
   if (cache.k_cache != nullptr && blockIdx.y == 0)
     for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x)
-      cache.v_cache[dst + i / head_dim * cache.head_stride + i % head_dim] =
-          row[(num_heads + num_kv_heads) * head_dim + i];
+      cache.v_cache[dst + i] = row[(num_heads + num_kv_heads) * head_dim + i];
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kRopeWarps + threadIdx.x / 32;
   if (h < num_heads + num_kv_heads) {
     T* v = row + h * head_dim;
@@ -77,7 +76,7 @@ __global__ void qk_norm_rope_kernel(T* qkv, const int32_t* positions, const floa
       v[i] = ra;
       v[i + half] = rb;
       if (h >= num_heads && cache.k_cache != nullptr) {
-        T* k = cache.k_cache + dst + (h - num_heads) * cache.head_stride;
+        T* k = cache.k_cache + dst + (h - num_heads) * head_dim;
         k[i] = ra;
         k[i + half] = rb;
       }
@@ -99,8 +98,7 @@ void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
                              .v_cache = static_cast<T*>(p.kv_append->v_cache),
                              .slots = p.kv_append->slots,
                              .slot_stride = p.kv_append->cache.slot_stride(),
-                             .position_stride = p.kv_append->cache.position_stride(),
-                             .head_stride = p.kv_append->cache.head_stride()};
+                             .position_stride = p.kv_append->cache.position_stride()};
     const dim3 grid(static_cast<unsigned>(p.tokens),
                     static_cast<unsigned>(ceil_div(p.num_heads + p.num_kv_heads, kRopeWarps)));
     LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, grid, dim3(kRopeWarps * 32), 0, stream, static_cast<T*>(p.qkv), p.positions, p.inv_freq,
