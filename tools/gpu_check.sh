@@ -189,7 +189,7 @@ if want profile_attention; then
     ncu --import "$OUT/attn_$tag.ncu-rep" --page source --print-source cuda --csv \
       > "$OUT/profile_attention_${tag}_source.csv" 2>&1
     note "profile attention $row rc=$? $(grep -E '^    (Duration|DRAM Throughput|Achieved Occupancy|Registers Per)' \
-      "$OUT/profile_attention_$tag.txt" | awk '{print $1, $(NF)}' | tr '\n' ' ')"
+      "$OUT/profile_attention_$tag.txt" | awk '!seen[$1]++ {print $1, $(NF)}' | tr '\n' ' ')"
   done
 fi
 if want linear; then
