@@ -173,7 +173,7 @@ fi
 # attention: benchmarks/attention_bench (decode attention alone, split caps);
 # profile_attention: ncu's full set on one launch of each row in
 # PROFILE_ATTENTION ("batch cap" pairs separated by ';', default the split
-# rule at batch 1 and 32), with the source lines of the hottest stalls.
+# rule at batch 1 and 32).
 if want attention; then
   "$BUILD/attention_bench" 20 1024 > "$OUT/attention_bench.txt" 2>&1
   note "attention_bench rc=$? (table in attention_bench.txt)"
@@ -184,10 +184,8 @@ if want profile_attention; then
   for row in "${PROWS[@]}"; do
     tag=$(echo $row | tr ' ' _)
     timeout ${PROFILE_TIMEOUT_S:-120} ncu --set full -k regex:attention --launch-skip 40 --launch-count 1 \
-      --import-source yes -o "$OUT/attn_$tag" "$BUILD/attention_bench" 2 1024 $row > "$OUT/profile_attention_$tag.log" 2>&1
+      -o "$OUT/attn_$tag" "$BUILD/attention_bench" 2 1024 $row > "$OUT/profile_attention_$tag.log" 2>&1
     ncu --import "$OUT/attn_$tag.ncu-rep" --print-details all > "$OUT/profile_attention_$tag.txt" 2>&1
-    ncu --import "$OUT/attn_$tag.ncu-rep" --page source --print-source cuda --csv \
-      > "$OUT/profile_attention_${tag}_source.csv" 2>&1
     note "profile attention $row rc=$? $(grep -E '^    (Duration|DRAM Throughput|Achieved Occupancy|Registers Per)' \
       "$OUT/profile_attention_$tag.txt" | awk '!seen[$1]++ {print $1, $(NF)}' | tr '\n' ' ')"
   done
