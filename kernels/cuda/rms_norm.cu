@@ -3,6 +3,12 @@
 // normalized from that rounded value (as the Hugging Face models do); the
 // sum of squares and the scaling are float32. residual_out may alias
 // residual: each thread reads and writes the same elements.
+//
+// A thread's first kHeld vectors of the row stay in registers between the
+// sum of squares and the scaling (rows up to kHeld·N·1024 elements are read
+// once), and their norm weights are loaded before the wait for the producer
+// (no kernel writes weights): at decode the kernel is a chain of latencies,
+// not of bytes.
 #include <algorithm>
 
 #include "kernels/cuda/check.h"
@@ -14,36 +20,69 @@ namespace lockstep::cuda {
 
 namespace {
 
+constexpr int kHeld = 4;
+
+// The (rounded) input at column c: x, or x + residual written to residual_out.
+template <typename T, int N>
+__device__ Vec<T, N> norm_input(const T* x, const T* residual, T* residual_out, int64_t c) {
+  Vec<T, N> a;
+  a.load(x + c);
+  if (residual != nullptr) {
+    Vec<T, N> r;
+    r.load(residual + c);
+#pragma unroll
+    for (int i = 0; i < N; ++i) a.set(i, a.get(i) + r.get(i));
+    a.store(residual_out + c);
+  }
+  return a;
+}
+
+template <typename T, int N>
+__device__ void store_scaled(const Vec<T, N>& a, const Vec<T, N>& w, float inv, T* out) {
+  Vec<T, N> o;
+#pragma unroll
+  for (int i = 0; i < N; ++i) o.set(i, a.get(i) * inv * w.get(i));
+  o.store(out);
+}
+
 template <typename T, int N>
 __global__ void rms_norm_kernel(const T* x, const T* residual, T* residual_out, const T* weight, T* out, int64_t cols,
                                 float eps) {
-  start_after_producers();
   using V = Vec<T, N>;
-  const int64_t offset = static_cast<int64_t>(blockIdx.x) * cols;
-  const T* src = x + offset;
-  float sq = 0.0f;
-  for (int64_t c = threadIdx.x * N; c < cols; c += static_cast<int64_t>(blockDim.x) * N) {
-    V a;
-    a.load(x + offset + c);
-    if (residual != nullptr) {
-      V r;
-      r.load(residual + offset + c);
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * N;
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * N;
+  V w_held[kHeld];
 #pragma unroll
-      for (int i = 0; i < N; ++i) a.set(i, a.get(i) + r.get(i));
-      a.store(residual_out + offset + c);
+  for (int j = 0; j < kHeld; ++j)
+    if (first + j * stride < cols) w_held[j].load(weight + first + j * stride);
+  start_after_producers();
+  const int64_t offset = static_cast<int64_t>(blockIdx.x) * cols;
+  x += offset, out += offset;
+  if (residual != nullptr) residual += offset, residual_out += offset;
+  V held[kHeld];
+  float sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j)
+    if (first + j * stride < cols) {
+      held[j] = norm_input<T, N>(x, residual, residual_out, first + j * stride);
+#pragma unroll
+      for (int i = 0; i < N; ++i) sq += held[j].get(i) * held[j].get(i);
     }
+  for (int64_t c = first + kHeld * stride; c < cols; c += stride) {
+    const V a = norm_input<T, N>(x, residual, residual_out, c);
 #pragma unroll
     for (int i = 0; i < N; ++i) sq += a.get(i) * a.get(i);
   }
-  if (residual != nullptr) src = residual_out + offset;
   const float inv = rsqrtf(block_sum(sq) / static_cast<float>(cols) + eps);
-  for (int64_t c = threadIdx.x * N; c < cols; c += static_cast<int64_t>(blockDim.x) * N) {
-    V a, w, o;
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j)
+    if (first + j * stride < cols) store_scaled(held[j], w_held[j], inv, out + first + j * stride);
+  const T* src = residual != nullptr ? residual_out : x;  // the rounded sum this thread wrote
+  for (int64_t c = first + kHeld * stride; c < cols; c += stride) {
+    V a, w;
     a.load(src + c);
     w.load(weight + c);
-#pragma unroll
-    for (int i = 0; i < N; ++i) o.set(i, a.get(i) * inv * w.get(i));
-    o.store(out + offset + c);
+    store_scaled(a, w, inv, out + c);
   }
 }
 
