@@ -10,7 +10,9 @@
 // last among the splits of its rows merges them (no second kernel;
 // attention_split.cuh). The split count depends on the batch size only,
 // never on the sequence lengths, which the kernels read from device memory:
-// a captured graph stays valid as sequences grow.
+// a captured graph stays valid as sequences grow. The kernel spreads the
+// actual length over the splits (decode: at least kDecodeMinTilesPerSplit
+// key tiles each, the splits past the length being empty).
 #include <algorithm>
 #include <cmath>
 
@@ -31,6 +33,12 @@ constexpr int kMinKeysPerSplit = 64;  // a split shorter than a key tile (kTcKey
 constexpr int kPrefillFillPerSm = 2;   // prefill tiles are split until the grid has this many blocks per SM
 constexpr int kSplitBasePerSm = 4;     // splits only while the grid without them has fewer blocks per SM
 constexpr int kSplitBlocksPerSm = 16;  // and the grid with them at most this many
+// A decode split takes at least this many key tiles of the actual length,
+// leaving the rest of the graph's splits (sized for max_seq) empty: a
+// block's fixed costs (queries, positions, the merges) outweigh a tile's
+// copy (attention_bench, H200, batch 1 at ctx 1024: 6 splits of 3 tiles 9.21
+// us a launch, 18 of 1 tile 9.86).
+constexpr int kDecodeMinTilesPerSplit = 3;
 
 // Prefill tiles (of uneven causal lengths): split until the grid fills
 // kPrefillFillPerSm blocks per SM.
@@ -404,7 +412,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       active[i] = rows.valid[i] && rows.token[i] >= run_begin && rows.token[i] <= run_end;
       limit[i] = active[i] ? a.positions[rows.token[i]] : -1;
     }
-    const int64_t tiles_per_split = ceil_div(ceil_div(len, kTcKeys), a.splits);
+    const int64_t tiles_per_split =
+        max(RowWarps == 1 ? int64_t{kDecodeMinTilesPerSplit} : int64_t{1}, ceil_div(ceil_div(len, kTcKeys), a.splits));
     const int64_t begin = blockIdx.z * tiles_per_split * kTcKeys;
     const int64_t end = min(len, begin + tiles_per_split * kTcKeys);
     const int64_t tiles = end > begin ? ceil_div(end - begin, kTcKeys) : 0;
