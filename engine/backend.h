@@ -57,7 +57,6 @@ class Backend {
 
   virtual void embedding(const EmbeddingParams& p) = 0;
   virtual void linear(const LinearParams& p) = 0;
-  virtual void qk_norm_rope(const QkNormRopeParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void argmax(const ArgmaxParams& p) = 0;
   virtual void sample(const SampleParams& p) = 0;

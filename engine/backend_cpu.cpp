@@ -46,7 +46,6 @@ class CpuBackend final : public Backend {
 
   void embedding(const EmbeddingParams& p) override { cpu::embedding(p); }
   void linear(const LinearParams& p) override { cpu::linear(p); }
-  void qk_norm_rope(const QkNormRopeParams& p) override { cpu::qk_norm_rope(p); }
   void attention(const AttentionParams& p) override { cpu::attention(p); }
   void argmax(const ArgmaxParams& p) override { cpu::argmax(p); }
   void sample(const SampleParams& p) override { cpu::sample(p); }

@@ -2,14 +2,17 @@
 // Face checkpoints. Tensor parallelism shards W by rows (column-parallel) or
 // by columns (row-parallel); the op itself only sees the local shard.
 //
-// Two optional stages make one op of what a decoder layer does around its
+// Optional stages make one op of what a decoder layer does around its
 // projections, so that a backend can fuse them (the CUDA matrix-vector path
-// runs each as one kernel) or run them one after another (every other path,
-// the CPU reference included) with the same result:
+// runs the product and its output stage as one kernel) or run them one after
+// another (every other path, the CPU reference included) with the same
+// result:
 //   input_norm: x is the output of an RMSNorm (fused residual add included),
 //     computed first from its own params (input_norm->out must be x);
 //   silu_mul: the product's [rows, 2·inter] output (y, laid out [gate | up])
-//     goes through SiLU·mul into silu_mul->out.
+//     goes through SiLU·mul into silu_mul->out;
+//   qk_norm_rope: the product's output is the fused QKV rows, which go
+//     through the q/k norm, RoPE and the KV append in place.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,7 @@
 
 #include "kernels/op_common.h"
 #include "kernels/rms_norm.h"
+#include "kernels/rope.h"
 #include "kernels/silu_mul.h"
 
 namespace lockstep {
@@ -38,6 +42,9 @@ struct LinearParams {
   // Runs after the product on y ([gate | up] rows); a fused kernel writes
   // only silu_mul->out and leaves y unwritten.
   std::optional<SiluMulParams> silu_mul;
+  // Runs after the product on y (the QKV rows); a fused kernel writes y and
+  // the KV cache as the op would.
+  std::optional<QkNormRopeParams> qk_norm_rope;
   int64_t x_row_stride() const { return x_stride == 0 ? in_features : x_stride; }
   void validate() const {
     LS_OP_REQUIRE(x && weight && y, "linear", "null pointer");
@@ -59,6 +66,14 @@ struct LinearParams {
       s.validate();
       LS_OP_REQUIRE(s.gate_up == y && s.rows == rows && 2 * s.inter == out_features && s.dtype == act_dtype,
                     "linear", "the SiLU·mul stage must read y ([rows, 2·{}])", s.inter);
+    }
+    if (qk_norm_rope) {
+      const QkNormRopeParams& r = *qk_norm_rope;
+      r.validate();
+      LS_OP_REQUIRE(!silu_mul && r.qkv == y && r.tokens == rows && r.row_stride() == out_features &&
+                        r.dtype == act_dtype,
+                    "linear", "the q/k norm + RoPE stage must read y ([rows, {}]) and be the only output stage",
+                    out_features);
     }
   }
 };

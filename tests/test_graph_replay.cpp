@@ -36,7 +36,6 @@ class RecordingBackend final : public Backend {
 
   void embedding(const EmbeddingParams& p) override { op([this, p] { cpu_->embedding(p); }); }
   void linear(const LinearParams& p) override { op([this, p] { cpu_->linear(p); }); }
-  void qk_norm_rope(const QkNormRopeParams& p) override { op([this, p] { cpu_->qk_norm_rope(p); }); }
   void attention(const AttentionParams& p) override { op([this, p] { cpu_->attention(p); }); }
   void argmax(const ArgmaxParams& p) override { op([this, p] { cpu_->argmax(p); }); }
   void sample(const SampleParams& p) override { op([this, p] { cpu_->sample(p); }); }

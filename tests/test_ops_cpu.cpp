@@ -292,6 +292,26 @@ TEST(LinearStages, MiswiredStagesAreRefused) {
   EXPECT_THROW(cpu::linear(wrong_width), Error);
 }
 
+// The q/k norm + RoPE stage must read y (the QKV rows) and be the only output stage.
+TEST(LinearStages, MiswiredRopeStageIsRefused) {
+  const int64_t heads = 2, kv_heads = 1, hd = 4, width = (heads + 2 * kv_heads) * hd;
+  std::vector<float> x(8, 1.0f), w(width * 8, 0.5f), y(width), other(width), inv = {1.0f, 0.5f}, act(width / 2);
+  std::vector<int32_t> pos = {3};
+  LinearParams p{.x = x.data(), .weight = w.data(), .y = y.data(), .rows = 1, .in_features = 8, .out_features = width};
+  p.qk_norm_rope = QkNormRopeParams{.qkv = y.data(), .positions = pos.data(), .inv_freq = inv.data(), .tokens = 1,
+                                    .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = hd};
+  EXPECT_NO_THROW(cpu::linear(p));
+  LinearParams elsewhere = p;
+  elsewhere.qk_norm_rope->qkv = other.data();
+  EXPECT_THROW(cpu::linear(elsewhere), Error);
+  LinearParams wrong_heads = p;
+  wrong_heads.qk_norm_rope->num_heads = 3;
+  EXPECT_THROW(cpu::linear(wrong_heads), Error);
+  LinearParams both = p;
+  both.silu_mul = SiluMulParams{.gate_up = y.data(), .out = act.data(), .rows = 1, .inter = width / 2};
+  EXPECT_THROW(cpu::linear(both), Error);
+}
+
 // Stages on the CPU are the ops themselves, in order.
 TEST(LinearStages, SameAsTheOpsInSequence) {
   std::mt19937 rng(9);

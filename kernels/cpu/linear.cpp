@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/rms_norm.h"
+#include "kernels/rope.h"
 #include "kernels/silu_mul.h"
 
 namespace lockstep::cpu {
@@ -25,6 +26,7 @@ void linear(const LinearParams& p) {
     for (int64_t r = 0; r < p.rows; ++r) y[r * p.out_features + o] = dot(x + r * xs, wr, p.in_features) + b;
   }
   if (p.silu_mul) silu_mul(*p.silu_mul);
+  if (p.qk_norm_rope) qk_norm_rope(*p.qk_norm_rope);
 }
 
 }  // namespace lockstep::cpu

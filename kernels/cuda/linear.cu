@@ -8,7 +8,11 @@
 // The GEMV also applies the op's SiLU·mul stage itself: the warp that
 // computes a gate feature also computes its up feature and writes only the
 // product, rounding gate and up to the storage type first as the unfused
-// kernels do; that saves the silu_mul kernel. The input norm runs as its
+// kernels do; that saves the silu_mul kernel. Likewise RoPE with the KV
+// append (models without q/k norm): a block computes four rotation pairs
+// (features i and i + head_dim/2 of a head) in its eight warps, rotates the
+// rounded values as the rope kernel does and writes them to y and the
+// cache, which saves the rope kernel at batch 1-2. The input norm runs as its
 // own kernel before the product. Staging the normed input in every block
 // of the GEMV grid was measured slower than that kernel (H200, llama3-8b
 // shapes: gate_up 69.7 us staged against 62.0 us plain, lm_head 297.6 against
@@ -35,6 +39,25 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 constexpr int kGemvMaxRows = 2;
 constexpr int kGemvWarps = 8;
 
+// What the kernel does with its dot products.
+enum class GemvOut { kPlain, kSiluMul, kRope };
+
+// The fused RoPE and KV append of the QKV rows (no q/k norm).
+template <typename T>
+struct GemvRope {
+  const int32_t* positions;
+  const float* inv_freq;  // [head_dim / 2]
+  const int32_t* slots;   // null: no KV append
+  T* k_cache;
+  T* v_cache;
+  int64_t slot_stride;
+  int64_t position_stride;
+  int64_t head_stride;
+  int head_dim;  // a multiple of 8: a block's four pairs lie in one head
+  int num_heads;
+  int num_kv_heads;
+};
+
 template <typename T>
 struct GemvArgs {
   const T* x;
@@ -47,6 +70,7 @@ struct GemvArgs {
   // SiLU·mul: warp o computes features o and o + inter and writes act[r, o].
   T* act;
   int64_t inter;
+  GemvRope<T> rope;
 };
 
 // One warp's dot products acc[m][r] = x[r, :]·w_m[:] for M weight rows read
@@ -125,17 +149,69 @@ __device__ void finish_dots(const T* x, int64_t x_stride, const T* const (&w)[M]
     for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
 }
 
-// y[r, o] = x[r, :]·W[o, :] (+ bias[o]) for r < R: warp w of block b owns
-// output feature o = b·kGemvWarps + w (with SiLU·mul, features o and
-// o + inter). The warp loads its first round of weights before it waits for
-// the kernel that produces x: no kernel writes weights, and so the weight
-// stream starts while the previous kernel finishes.
-template <typename T, int R, bool kSilu>
+// The output feature of this warp: o = b·kGemvWarps + w for warp w of
+// block b, except with RoPE, where block b holds rotation pairs 4b .. 4b + 3
+// (pair j of head h: features h·head_dim + j and h·head_dim + j + head_dim/2),
+// warps 0-3 their first features and warps 4-7 the partners.
+template <typename T, GemvOut E>
+__device__ int64_t gemv_feature(const GemvArgs<T>& a) {
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  if constexpr (E == GemvOut::kRope) {
+    const int half = a.rope.head_dim / 2;
+    const int64_t pair = static_cast<int64_t>(blockIdx.x) * 4 + warp % 4;
+    return pair / half * a.rope.head_dim + pair % half + warp / 4 * half;
+  } else {
+    return static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp;
+  }
+}
+
+// RoPE's output: every warp's (biased, rounded) values through shared
+// memory, then lane r of warps 0-3 rotates row r's pair as the rope kernel
+// does (angle in double precision, rotation in float32, q and k heads only)
+// and writes it to y and, for k and v heads, to the cache.
+template <typename T, int R>
+__device__ void gemv_rope_out(const GemvArgs<T>& a, int64_t o, const float (&acc)[1][R]) {
+  __shared__ float value[kGemvWarps][R];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const float bias = a.bias != nullptr ? to_float(a.bias[o]) : 0.0f;
+  if (lane < R) value[warp][lane] = to_float(from_float<T>((lane == 0 ? acc[0][0] : acc[0][R - 1]) + bias));
+  __syncthreads();
+  if (warp >= 4 || lane >= R) return;
+  const GemvRope<T>& rp = a.rope;
+  const int half = rp.head_dim / 2;
+  const int64_t head = o / rp.head_dim;
+  const int64_t pair = o % rp.head_dim;
+  const int32_t position = rp.positions[lane];
+  const float x1 = value[warp][lane], x2 = value[warp + 4][lane];
+  T r1 = from_float<T>(x1), r2 = from_float<T>(x2);
+  if (head < rp.num_heads + rp.num_kv_heads) {
+    double s, c;
+    sincos(static_cast<double>(position) * static_cast<double>(rp.inv_freq[pair]), &s, &c);
+    const float cs = static_cast<float>(c), sn = static_cast<float>(s);
+    r1 = from_float<T>(x1 * cs - x2 * sn);
+    r2 = from_float<T>(x2 * cs + x1 * sn);
+  }
+  T* y = a.y + lane * a.out + o;
+  y[0] = r1, y[half] = r2;
+  if (rp.slots == nullptr || head < rp.num_heads) return;
+  const bool is_k = head < rp.num_heads + rp.num_kv_heads;
+  const int64_t kv_head = head - rp.num_heads - (is_k ? 0 : rp.num_kv_heads);
+  T* dst = (is_k ? rp.k_cache : rp.v_cache) + rp.slots[lane] * rp.slot_stride + position * rp.position_stride +
+           kv_head * rp.head_stride + pair;
+  dst[0] = r1, dst[half] = r2;
+}
+
+// y[r, o] = x[r, :]·W[o, :] (+ bias[o]) for r < R, warp by warp (see
+// gemv_feature; with SiLU·mul, features o and o + inter). The warp loads its
+// first round of weights before it waits for the kernel that produces x: no
+// kernel writes weights, and so the weight stream starts while the previous
+// kernel finishes.
+template <typename T, int R, GemvOut E>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
-  constexpr int M = kSilu ? 2 : 1;
+  constexpr int M = E == GemvOut::kSiluMul ? 2 : 1;
   using Round = GemvRound<T, M>;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  if (o >= (kSilu ? a.inter : a.out)) return;
+  const int64_t o = gemv_feature<T, E>(a);
+  if (o >= (E == GemvOut::kSiluMul ? a.inter : a.out)) return;  // never with RoPE: its grid is exact
   const T* w[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) w[m] = a.w + (o + m * a.inter) * a.in;
@@ -155,18 +231,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
     round.apply(a.x, a.x_stride, c, acc);
   }
   finish_dots<T, R, M>(a.x, a.x_stride, w, c, a.in, acc);
-  if (threadIdx.x % 32 != 0) return;
-  const auto biased = [&](int m, int r) {
-    return acc[m][r] + (a.bias != nullptr ? to_float(a.bias[o + m * a.inter]) : 0.0f);
-  };
+  if constexpr (E == GemvOut::kRope) {
+    gemv_rope_out<T, R>(a, o, acc);
+  } else {
+    if (threadIdx.x % 32 != 0) return;
+    const auto biased = [&](int m, int r) {
+      return acc[m][r] + (a.bias != nullptr ? to_float(a.bias[o + m * a.inter]) : 0.0f);
+    };
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if constexpr (kSilu) {
-      const float gate = to_float(from_float<T>(biased(0, r)));
-      const float up = to_float(from_float<T>(biased(1, r)));
-      a.act[r * a.inter + o] = from_float<T>(silu_mul_value(gate, up));
-    } else {
-      a.y[r * a.out + o] = from_float<T>(biased(0, r));
+    for (int r = 0; r < R; ++r) {
+      if constexpr (E == GemvOut::kSiluMul) {
+        const float gate = to_float(from_float<T>(biased(0, r)));
+        const float up = to_float(from_float<T>(biased(1, r)));
+        a.act[r * a.inter + o] = from_float<T>(silu_mul_value(gate, up));
+      } else {
+        a.y[r * a.out + o] = from_float<T>(biased(0, r));
+      }
     }
   }
 }
@@ -179,9 +259,40 @@ bool gemv_fits(const LinearParams& p) {
          aligned(p.weight);
 }
 
+// RoPE goes into the GEMV when it needs no q/k norm (a reduction over the
+// head) and a block's four pairs lie in one head.
+bool rope_fits_gemv(const LinearParams& p) {
+  const QkNormRopeParams& r = *p.qk_norm_rope;
+  return r.q_norm_weight == nullptr && r.head_dim % 8 == 0 &&
+         (!r.kv_append || r.kv_append->cache.head_stride() == r.head_dim);
+}
+
+template <typename T>
+GemvRope<T> gemv_rope(const QkNormRopeParams& r) {
+  GemvRope<T> g{.positions = r.positions,
+                .inv_freq = r.inv_freq,
+                .slots = nullptr,
+                .k_cache = nullptr,
+                .v_cache = nullptr,
+                .slot_stride = 0,
+                .position_stride = 0,
+                .head_stride = 0,
+                .head_dim = static_cast<int>(r.head_dim),
+                .num_heads = static_cast<int>(r.num_heads),
+                .num_kv_heads = static_cast<int>(r.num_kv_heads)};
+  if (r.kv_append) {
+    const KvAppendParams& k = *r.kv_append;
+    g.slots = k.slots, g.k_cache = static_cast<T*>(k.k_cache), g.v_cache = static_cast<T*>(k.v_cache);
+    g.slot_stride = k.cache.slot_stride(), g.position_stride = k.cache.position_stride();
+    g.head_stride = k.cache.head_stride();
+  }
+  return g;
+}
+
 template <typename T>
 void launch_gemv(const LinearParams& p, cudaStream_t stream) {
   const SiluMulParams* s = p.silu_mul ? &*p.silu_mul : nullptr;
+  const bool rope = p.qk_norm_rope.has_value();
   const GemvArgs<T> args{.x = static_cast<const T*>(p.x),
                          .x_stride = p.x_row_stride(),
                          .w = static_cast<const T*>(p.weight),
@@ -190,17 +301,25 @@ void launch_gemv(const LinearParams& p, cudaStream_t stream) {
                          .in = p.in_features,
                          .out = p.out_features,
                          .act = s ? static_cast<T*>(s->out) : nullptr,
-                         .inter = s ? s->inter : 0};
+                         .inter = s ? s->inter : 0,
+                         .rope = rope ? gemv_rope<T>(*p.qk_norm_rope) : GemvRope<T>{}};
   const dim3 grid(static_cast<unsigned>(ceil_div(s ? s->inter : p.out_features, kGemvWarps)));
-  const auto go = [&](auto rows, auto silu) {
-    LS_LAUNCH("gemv_kernel", (gemv_kernel<T, decltype(rows)::value, decltype(silu)::value>), grid,
+  const auto go = [&](auto rows, auto out) {
+    LS_LAUNCH("gemv_kernel", (gemv_kernel<T, decltype(rows)::value, decltype(out)::value>), grid,
               dim3(kGemvWarps * 32), 0, stream, args);
   };
-  const auto with_silu = [&](auto rows) { s ? go(rows, std::true_type{}) : go(rows, std::false_type{}); };
+  const auto with_out = [&](auto rows) {
+    if (s)
+      go(rows, std::integral_constant<GemvOut, GemvOut::kSiluMul>{});
+    else if (rope)
+      go(rows, std::integral_constant<GemvOut, GemvOut::kRope>{});
+    else
+      go(rows, std::integral_constant<GemvOut, GemvOut::kPlain>{});
+  };
   if (p.rows == 1)
-    with_silu(std::integral_constant<int, 1>{});
+    with_out(std::integral_constant<int, 1>{});
   else
-    with_silu(std::integral_constant<int, 2>{});
+    with_out(std::integral_constant<int, 2>{});
 }
 
 cudaDataType_t cuda_type(DType t) {
@@ -290,7 +409,10 @@ void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {
   if (p.rows == 0) return;
   if (p.input_norm) rms_norm(*p.input_norm, stream);
   if (gemv_fits(p)) {
-    dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(p, stream); });
+    LinearParams g = p;
+    if (p.qk_norm_rope && !rope_fits_gemv(p)) g.qk_norm_rope.reset();
+    dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(g, stream); });
+    if (p.qk_norm_rope && !g.qk_norm_rope) qk_norm_rope(*p.qk_norm_rope, stream);
     return;
   }
   const LinearContext::Plan& plan = ctx.plan(p);
@@ -302,6 +424,7 @@ void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {
   LS_CHECK_CUBLAS(cublasLtMatmul(ctx.handle(), plan.op, &alpha, p.weight, plan.a, p.x, plan.b, &beta, p.y, plan.d,
                                  p.y, plan.d, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
   if (p.silu_mul) silu_mul(*p.silu_mul, stream);
+  if (p.qk_norm_rope) qk_norm_rope(*p.qk_norm_rope, stream);
 }
 
 }  // namespace lockstep::cuda

@@ -255,6 +255,68 @@ TEST_F(CudaOpTest, LinearStagesMatchCpu) {
       }
 }
 
+struct RopeStageCase {
+  int64_t in, heads, kv_heads, head_dim;
+  bool bias, qk_norm;
+};
+
+// The QKV product with its q/k norm + RoPE + KV append stage: fused into the
+// GEMV (one or two rows, no q/k norm, head_dim a multiple of 8) or the rope
+// kernel after the product, against the CPU running the ops in sequence.
+// Positions reach the thousands, where the angle needs double precision.
+TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
+  std::mt19937 rng(10);
+  cuda::LinearContext ctx;
+  const std::vector<RopeStageCase> cases{{256, 4, 2, 128, false, false}, {136, 5, 1, 64, true, false},
+                                         {64, 3, 3, 72, false, false},   {128, 4, 2, 36, true, false},
+                                         {256, 4, 2, 128, false, true}};
+  const RopeConfig rope{.type = RopeType::kLlama3, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
+                        .high_freq_factor = 4.0, .original_max_position = 8192};
+  for (DType dt : all_dtypes())
+    for (int64_t rows : {1, 2, 3, 7})
+      for (const RopeStageCase& rc : cases) {
+        const std::vector<float> inv_freq = rope_inv_freq(rope, rc.head_dim);
+        const KvCacheShape cache{.num_slots = 4, .max_seq = 3000, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim};
+        const int64_t out = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
+        std::vector<float> x = random_values(rows * rc.in, dt, rng), w = random_values(out * rc.in, dt, rng, 0.1f);
+        std::vector<float> b = random_values(out, dt, rng), y(static_cast<size_t>(rows * out));
+        std::vector<float> qn = random_values(rc.head_dim, dt, rng), kn = random_values(rc.head_dim, dt, rng);
+        std::vector<float> k = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
+        std::vector<float> v = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
+        std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
+        for (int64_t t = 0; t < rows; ++t)
+          slots[t] = static_cast<int32_t>(t % 4), pos[t] = static_cast<int32_t>(2999 - 411 * t);
+        DeviceArray d_x(x, dt), d_w(w, dt), d_b(b, dt), d_y(rows * out, dt), d_pos(pos), d_slots(slots),
+            d_freq(inv_freq, DType::kF32), d_qn(qn, dt), d_kn(kn, dt), d_k(k, dt), d_v(v, dt);
+        LinearParams p{.x = d_x.get(), .weight = d_w.get(), .bias = rc.bias ? d_b.get() : nullptr, .y = d_y.get(),
+                       .rows = rows, .in_features = rc.in, .out_features = out, .act_dtype = dt, .weight_dtype = dt};
+        p.qk_norm_rope = QkNormRopeParams{
+            .qkv = d_y.get(), .positions = d_pos.ints(), .inv_freq = static_cast<float*>(d_freq.get()),
+            .q_norm_weight = rc.qk_norm ? d_qn.get() : nullptr, .k_norm_weight = rc.qk_norm ? d_kn.get() : nullptr,
+            .tokens = rows, .num_heads = rc.heads, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim,
+            .eps = 1e-6f, .dtype = dt,
+            .kv_append = KvAppendParams{.qkv = d_y.get(), .k_cache = d_k.get(), .v_cache = d_v.get(),
+                                        .slots = d_slots.ints(), .positions = d_pos.ints(), .tokens = rows,
+                                        .num_heads = rc.heads, .cache = cache, .dtype = dt}};
+        cuda::linear(p, ctx, stream_);
+        sync();
+        LinearParams c = p;
+        c.x = x.data(), c.weight = w.data(), c.bias = rc.bias ? b.data() : nullptr, c.y = y.data();
+        c.act_dtype = c.weight_dtype = DType::kF32;
+        QkNormRopeParams& r = *c.qk_norm_rope;
+        r.qkv = y.data(), r.positions = pos.data(), r.inv_freq = inv_freq.data(), r.dtype = DType::kF32;
+        r.q_norm_weight = rc.qk_norm ? qn.data() : nullptr, r.k_norm_weight = rc.qk_norm ? kn.data() : nullptr;
+        r.kv_append->qkv = y.data(), r.kv_append->k_cache = k.data(), r.kv_append->v_cache = v.data();
+        r.kv_append->slots = slots.data(), r.kv_append->positions = pos.data(), r.kv_append->dtype = DType::kF32;
+        cpu::linear(c);
+        const std::string what = "linear+rope " + label(rows, rc.in) + " hd=" + std::to_string(rc.head_dim) +
+                                 (rc.bias ? " bias" : "") + (rc.qk_norm ? " qk_norm" : "");
+        expect_close(d_y.download(), y, dt, what + " qkv");
+        expect_close(d_k.download(), k, dt, what + " K");
+        expect_close(d_v.download(), v, dt, what + " V");
+      }
+}
+
 TEST_F(CudaOpTest, ArgmaxMatchesCpu) {
   std::mt19937 rng(6);
   for (DType dt : all_dtypes())
