@@ -72,14 +72,19 @@ inline double copy_gbs(cudaStream_t stream) {
   return 2.0 * static_cast<double>(bytes) / us / 1e3;
 }
 
+// A device copy of `bytes` bytes at `host` (cudaFree it).
+inline void* upload_bytes(const void* host, size_t bytes) {
+  void* d = nullptr;
+  LS_CHECK_CUDA(cudaMalloc(&d, bytes));
+  LS_CHECK_CUDA(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+
 // A device copy of `host` rounded to bf16 (cudaFree it).
 inline void* upload_bf16(const std::vector<float>& host) {
   std::vector<uint16_t> raw(host.size());
   convert_from_f32(host.data(), raw.data(), DType::kBF16, host.size());
-  void* d = nullptr;
-  LS_CHECK_CUDA(cudaMalloc(&d, raw.size() * 2));
-  LS_CHECK_CUDA(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
-  return d;
+  return upload_bytes(raw.data(), raw.size() * 2);
 }
 
 }  // namespace lockstep::bench

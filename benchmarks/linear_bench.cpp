@@ -8,6 +8,9 @@
 // The "+norm" and "+silu" rows run the op's fused stages (input RMSNorm with
 // the residual add, SiLU·mul) at 1-2 rows, where the GEMV fuses them: their
 // time against the plain row is what the fusion costs inside the kernel.
+// "qkv+norm+rope" adds RoPE with the KV append (fused into the GEMV at 1-2
+// rows); "+qknorm" gives it q/k norm weights, which keeps the rope kernel
+// separate: the two rows' difference is what the fusion saves.
 // Run: build/linear_bench [iterations]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,10 +30,13 @@ namespace {
 
 using lockstep::DType;
 
+enum class Rope { kNone, kFusable, kQkNorm };
+
 struct Shape {
   const char* name;
   int64_t in, out;
   bool norm = false, silu = false;
+  Rope rope = Rope::kNone;
 };
 
 // llama3-8b: hidden 4096, 32/8 heads of 128, intermediate 14336, vocab 128256.
@@ -41,7 +47,10 @@ constexpr Shape kShapes[] = {{"qkv", 4096, 6144},
                              {"lm_head", 4096, 128256},
                              {"qkv+norm", 4096, 6144, true, false},
                              {"gate_up+norm+silu", 4096, 2 * 14336, true, true},
-                             {"lm_head+norm", 4096, 128256, true, false}};
+                             {"lm_head+norm", 4096, 128256, true, false},
+                             {"qkv+norm+rope", 4096, 6144, true, false, Rope::kFusable},
+                             {"qkv+norm+qknorm+rope", 4096, 6144, true, false, Rope::kQkNorm}};
+constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kCacheSeq = 2048;
 
 void* random_device_bf16(int64_t count, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 0.02f);
@@ -76,6 +85,19 @@ int main(int argc, char** argv) {
     void* residual_out = random_device_bf16(kMaxRows * s.in, rng);
     void* norm_weight = random_device_bf16(s.in, rng);
     void* act = random_device_bf16(kMaxRows * s.out / 2, rng);
+    // RoPE's inputs (1-2 rows): positions at the cache's end, one slot per row.
+    const lockstep::KvCacheShape cache{.num_slots = 2, .max_seq = kCacheSeq, .num_kv_heads = kKvHeads,
+                                       .head_dim = kHeadDim};
+    std::vector<int32_t> ids(kMaxRows);
+    for (int32_t i = 0; i < kMaxRows; ++i) ids[static_cast<size_t>(i)] = i % 2;
+    void* slots = lockstep::bench::upload_bytes(ids.data(), ids.size() * 4);
+    for (int32_t& i : ids) i = static_cast<int32_t>(kCacheSeq - 1);
+    void* positions = lockstep::bench::upload_bytes(ids.data(), ids.size() * 4);
+    std::vector<float> freq(kHeadDim / 2, 1e-3f);
+    void* inv_freq = lockstep::bench::upload_bytes(freq.data(), freq.size() * 4);
+    void* qk_norm = random_device_bf16(kHeadDim, rng);
+    void* k_cache = s.rope != Rope::kNone ? random_device_bf16(cache.num_slots * cache.slot_stride(), rng) : nullptr;
+    void* v_cache = s.rope != Rope::kNone ? random_device_bf16(cache.num_slots * cache.slot_stride(), rng) : nullptr;
     for (int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
       if ((s.norm || s.silu) && rows > 2) break;
       lockstep::LinearParams p{.x = x,
@@ -95,6 +117,19 @@ int main(int argc, char** argv) {
       if (s.silu)
         p.silu_mul = lockstep::SiluMulParams{.gate_up = y, .out = act, .rows = rows, .inter = s.out / 2,
                                              .dtype = DType::kBF16};
+      if (s.rope != Rope::kNone) {
+        const bool qk = s.rope == Rope::kQkNorm;
+        const auto* pos = static_cast<const int32_t*>(positions);
+        p.qk_norm_rope = lockstep::QkNormRopeParams{
+            .qkv = y, .positions = pos, .inv_freq = static_cast<const float*>(inv_freq),
+            .q_norm_weight = qk ? qk_norm : nullptr, .k_norm_weight = qk ? qk_norm : nullptr, .tokens = rows,
+            .num_heads = kHeads, .num_kv_heads = kKvHeads, .head_dim = kHeadDim, .eps = 1e-5f,
+            .dtype = DType::kBF16,
+            .kv_append = lockstep::KvAppendParams{.qkv = y, .k_cache = k_cache, .v_cache = v_cache,
+                                                  .slots = static_cast<const int32_t*>(slots), .positions = pos,
+                                                  .tokens = rows, .num_heads = kHeads, .cache = cache,
+                                                  .dtype = DType::kBF16}};
+      }
       lockstep::cuda::linear(p, ctx, stream);  // plans made outside the capture
       LS_CHECK_CUDA(cudaStreamSynchronize(stream));
       const double us = lockstep::bench::graphed_us(stream, std::max(copies, 8), iters, [&](int i) {
@@ -107,7 +142,9 @@ int main(int argc, char** argv) {
                   100.0 * gbs / copy);
     }
     for (void* c : w) cudaFree(c);
-    for (void* b : {x, y, normed, residual, residual_out, norm_weight, act}) cudaFree(b);
+    for (void* b : {x, y, normed, residual, residual_out, norm_weight, act, slots, positions, inv_freq, qk_norm,
+                    k_cache, v_cache})
+      cudaFree(b);
   }
   return 0;
 }

@@ -127,6 +127,13 @@ void TpGroup::step(const BatchDesc& batch) {
   }
 }
 
+bool TpGroup::replay_captured(int64_t batch_size, int times) {
+  const auto bucket = std::find_if(buckets_.begin(), buckets_.end(), [&](int64_t b) { return batch_size <= b; });
+  if (!graphs_ || bucket == buckets_.end() || bucket_steps_[*bucket] < 2) return false;
+  for (int i = 0; i < times; ++i) runner_.backend().replay(*bucket);
+  return true;
+}
+
 void TpGroup::run_step() {
   runner_.embed();
   all_reduce(runner_.embedding_partial());

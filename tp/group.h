@@ -46,6 +46,12 @@ class TpGroup {
   // every rank picks the same ids; only the ids cross to the host.
   const std::vector<int32_t>& forward_sample(const BatchDesc& batch);
 
+  // Replays the graph of the bucket that holds `batch_size` rows `times`
+  // times back to back with no host work between (benchmarks: the GPU's
+  // time per step on its own), on the batch set by the last step. False when
+  // that bucket has no captured graph yet.
+  bool replay_captured(int64_t batch_size, int times);
+
   Communicator& comm() { return comm_; }
   Runner& runner() { return runner_; }
   int64_t vocab_size() const { return runner_.config().vocab_size; }
