@@ -71,7 +71,9 @@ void launch_checked_clustered(const char* file, int line, const char* name, void
   config.attrs = attrs;
   config.numAttrs = count;
   cudaError_t status = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
-  if (status == cudaSuccess) status = cudaGetLastError();
+  // A refused launch also sets the last error: taking it here keeps the next launch from being blamed.
+  const cudaError_t last = cudaGetLastError();
+  if (status == cudaSuccess) status = last;
   if (status != cudaSuccess) throw_check_failure(ErrorKind::kCuda, name, cudaGetErrorString(status), file, line);
 }
 
