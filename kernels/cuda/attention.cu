@@ -12,7 +12,8 @@
 // never on the sequence lengths, which the kernels read from device memory:
 // a captured graph stays valid as sequences grow. The kernel spreads the
 // actual length over the splits (decode: at least kDecodeMinTilesPerSplit
-// key tiles each, the splits past the length being empty).
+// key tiles each; the blocks of splits past the length leave at once, and the
+// merge takes the splits the length reaches).
 #include <algorithm>
 #include <cmath>
 
@@ -37,7 +38,8 @@ constexpr int kSplitBlocksPerSm = 16;  // and the grid with them at most this ma
 // leaving the rest of the graph's splits (sized for max_seq) empty: a
 // block's fixed costs (queries, positions, the merges) outweigh a tile's
 // copy (attention_bench, H200, batch 1 at ctx 1024: 6 splits of 3 tiles 9.21
-// us a launch, 18 of 1 tile 9.86).
+// us a launch, 18 of 1 tile 9.86). Empty splits must cost nothing: 6 splits
+// of 3 tiles beside 12 empty ones that still wrote and merged took 11.94.
 constexpr int kDecodeMinTilesPerSplit = 3;
 
 // Prefill tiles (of uneven causal lengths): split until the grid fills
@@ -276,7 +278,7 @@ __device__ void tc_finish_rows(const AttnArgs& a, const TcRows& rows, const bool
 // weight per (warp, row), then one thread per four output dimensions of a
 // row sums the warps' outputs and writes them.
 template <typename T, int HD>
-__device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, TcState<HD>& st, void* smem) {
+__device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, int used, TcState<HD>& st, void* smem) {
   constexpr int kLd = HD + 8;  // padded rows: conflict-free 8-byte stores
   static_assert((4 * 16 * kLd + 3 * 4 * 16) * sizeof(float) <= 2 * sizeof(TcTile<T, HD>),
                 "merge buffer exceeds the decode tiles");
@@ -326,7 +328,7 @@ __device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, TcState<HD
       sum.x += weight * o.x, sum.y += weight * o.y, sum.z += weight * o.z, sum.w += weight * o.w;
     }
     const int64_t h = tr.token * a.num_heads + tr.head0 + r;
-    if (a.splits == 1) {
+    if (used == 1) {
       const float l = sl[r];
       Vec<T, 4> out;
       out.set(0, l > 0.0f ? sum.x / l : 0.0f), out.set(1, l > 0.0f ? sum.y / l : 0.0f);
@@ -396,6 +398,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
   const float scale_log2 = a.scale * kLog2e;
   const int64_t pos_stride = a.pos_stride;
   const int64_t last_token = (tr.base + tr.count - 1) / a.group;
+  int used = a.splits;  // splits that take part (decode: those the length reaches)
 
   for (int64_t run_begin = tr.base / a.group; run_begin <= last_token;) {
     const int32_t slot = a.slots[run_begin];
@@ -412,8 +415,14 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       active[i] = rows.valid[i] && rows.token[i] >= run_begin && rows.token[i] <= run_end;
       limit[i] = active[i] ? a.positions[rows.token[i]] : -1;
     }
+    const int64_t len_tiles = ceil_div(len, kTcKeys);
     const int64_t tiles_per_split =
-        max(RowWarps == 1 ? int64_t{kDecodeMinTilesPerSplit} : int64_t{1}, ceil_div(ceil_div(len, kTcKeys), a.splits));
+        max(RowWarps == 1 ? int64_t{kDecodeMinTilesPerSplit} : int64_t{1}, ceil_div(len_tiles, a.splits));
+    if constexpr (RowWarps == 1) {
+      // A decode block holds one token: splits past its length leave at once, writing nothing.
+      used = static_cast<int>(min(int64_t{a.splits}, ceil_div(len_tiles, tiles_per_split)));
+      if (static_cast<int>(blockIdx.z) >= used) return;
+    }
     const int64_t begin = blockIdx.z * tiles_per_split * kTcKeys;
     const int64_t end = min(len, begin + tiles_per_split * kTcKeys);
     const int64_t tiles = end > begin ? ceil_div(end - begin, kTcKeys) : 0;
@@ -438,15 +447,15 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       __syncthreads();  // buffer i % kStages is free for tile i + kStages
     }
     if constexpr (RowWarps == 1)
-      tc_merge_warps<T, HD>(a, tr, st, smem);  // a decode tile is one token: one run
+      tc_merge_warps<T, HD>(a, tr, used, st, smem);  // a decode tile is one token: one run
     else
       tc_finish_rows<T, HD>(a, rows, active, st);
     run_begin = run_end + 1;
   }
   static_assert(merge_scratch_bytes(16 * RowWarps) <= sizeof(TcTile<T, HD>), "merge scratch exceeds a key tile");
-  if (a.splits > 1 && arrive_last_split(a))  // the key tiles are free: every copy has landed
+  if (used > 1 && arrive_last_split(a, used))  // the key tiles are free: every copy has landed
     merge_splits<T, HD>(
-        a, tr.count,
+        a, used, tr.count,
         [&](int r) {
           int64_t token, head;
           tile_row<RowWarps>(a, tr, r, token, head);

@@ -165,8 +165,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
     }
   }
   static_assert(attention_detail::merge_scratch_bytes(kMaxGroup) <= sizeof(s.p), "merge scratch exceeds the score buffer");
-  if (a.splits > 1 && attention_detail::arrive_last_split(a))  // s.p is free: the last tile is done
-    attention_detail::merge_splits<T, HD>(a, G, [&](int r) { return t * a.num_heads + h0 + r; }, &s.p[0][0]);
+  if (a.splits > 1 && attention_detail::arrive_last_split(a, a.splits))  // s.p is free: the last tile is done
+    attention_detail::merge_splits<T, HD>(a, a.splits, G, [&](int r) { return t * a.num_heads + h0 + r; },
+                                          &s.p[0][0]);
 }
 
 template <typename T, int HD>

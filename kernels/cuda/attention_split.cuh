@@ -46,56 +46,58 @@ struct AttnArgs {
 };
 
 // Called by every thread of a split block once its partial results are
-// written: true in the block that finishes last among the splits of its
-// rows, which then merges them. That block sets the count back to zero for
-// the next launch.
-__device__ inline bool arrive_last_split(const AttnArgs& a) {
+// written: true in the block that finishes last among the `used` splits of
+// its rows (the first `used` of a.splits; the others take no part), which
+// then merges them. That block sets the count back to zero for the next
+// launch.
+__device__ inline bool arrive_last_split(const AttnArgs& a, int used) {
   __shared__ int arrived;
   __threadfence();  // this block's partial results are visible before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
     int* counter = a.counters + blockIdx.y * gridDim.x + blockIdx.x;
     arrived = atomicAdd(counter, 1);
-    if (arrived == a.splits - 1) *counter = 0;
+    if (arrived == used - 1) *counter = 0;
   }
   __syncthreads();
-  return arrived == a.splits - 1;
+  return arrived == used - 1;
 }
 
 // Shared memory the merge needs for `rows` rows: two floats per (row, split).
 __host__ __device__ constexpr int merge_scratch_bytes(int rows) { return 2 * rows * kMaxSplits * 4; }
 
 // The last split block's merge: for each of its `rows` query rows (row r is
-// head row head_row(r) = token·num_heads + head), the output from every
-// split's (max, sum, partial output), read from L2 (other blocks wrote
-// them). The (max, sum) pairs of all rows and splits are read at once into
-// `scratch` (merge_scratch_bytes(rows) of shared memory) and turned into one
-// weight per split; then one thread per four output dimensions of a row sums
-// the weighted partial outputs with all their loads in flight. An empty split
+// head row head_row(r) = token·num_heads + head), the output from the first
+// `used` splits' (max, sum, partial output), read from L2 (other blocks
+// wrote them; a head row's entries are a.splits apart). The (max, sum)
+// pairs of all rows and splits are read at once into `scratch`
+// (merge_scratch_bytes(rows) of shared memory) and turned into one weight
+// per split; then one thread per four output dimensions of a row sums the
+// weighted partial outputs with all their loads in flight. An empty split
 // (sum 0) has weight 0 and adds nothing, whatever its partial output holds.
 template <typename T, int HD, typename HeadRow>
-__device__ void merge_splits(const AttnArgs& a, int rows, HeadRow head_row, float* scratch) {
-  const int n = rows * a.splits;
+__device__ void merge_splits(const AttnArgs& a, int used, int rows, HeadRow head_row, float* scratch) {
+  const int n = rows * used;
   float* weight = scratch;  // [row][split]: the split's max, then its weight
   float* sum = scratch + n;  // [row][split]: the split's softmax sum
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float* ml = a.ws_ml + (head_row(i / a.splits) * a.splits + i % a.splits) * 2;
+    const float* ml = a.ws_ml + (head_row(i / used) * a.splits + i % used) * 2;
     weight[i] = __ldcg(ml);
     sum[i] = __ldcg(ml + 1);
   }
   __syncthreads();
   for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-    float* w = weight + r * a.splits;
-    const float* l = sum + r * a.splits;
+    float* w = weight + r * used;
+    const float* l = sum + r * used;
     float m = -INFINITY;
-    for (int i = 0; i < a.splits; ++i)
+    for (int i = 0; i < used; ++i)
       if (l[i] > 0.0f) m = fmaxf(m, w[i]);
     float denom = 0.0f;
-    for (int i = 0; i < a.splits; ++i) {
+    for (int i = 0; i < used; ++i) {
       w[i] = l[i] > 0.0f ? expf(w[i] - m) : 0.0f;
       denom += w[i] * l[i];
     }
-    for (int i = 0; i < a.splits; ++i) w[i] = denom > 0.0f ? w[i] / denom : 0.0f;
+    for (int i = 0; i < used; ++i) w[i] = denom > 0.0f ? w[i] / denom : 0.0f;
   }
   __syncthreads();
   constexpr int kQuads = HD / 4;
@@ -103,11 +105,11 @@ __device__ void merge_splits(const AttnArgs& a, int rows, HeadRow head_row, floa
     const int r = item / kQuads;
     const int d = item % kQuads * 4;
     const int64_t h = head_row(r);
-    const float* w = weight + r * a.splits;
+    const float* w = weight + r * used;
     const float* acc = a.ws_acc + h * a.splits * HD + d;
     float o[4] = {};
 #pragma unroll 16
-    for (int i = 0; i < a.splits; ++i) {
+    for (int i = 0; i < used; ++i) {
       const float4 partial = __ldcg(reinterpret_cast<const float4*>(acc + i * HD));
       if (w[i] <= 0.0f) continue;
       o[0] += w[i] * partial.x, o[1] += w[i] * partial.y, o[2] += w[i] * partial.z, o[3] += w[i] * partial.w;
