@@ -2,9 +2,10 @@
 // kernels/cuda. Activations, KV cache and weights share one dtype (the
 // checkpoint's 16-bit type; float32 checkpoints run in bf16 unless float32
 // is asked for). Copies to the host wait for the stream; copies from it do
-// not need to (see to_backend).
+// not (see to_backend).
 #include <nvtx3/nvToolsExt.h>
 
+#include <cstring>
 #include <map>
 
 #include "common/error.h"
@@ -33,6 +34,9 @@ class CudaBackend final : public Backend {
     process_identity().device = device_;
     LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     LS_CHECK_CUDA(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device_));
+    LS_CHECK_CUDA(cudaMallocHost(&upload_staging_, kStagingBytes));
+    LS_CHECK_CUDA(cudaMallocHost(&download_staging_, kStagingBytes));
+    LS_CHECK_CUDA(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     linear_ = std::make_unique<cuda::LinearContext>();
     attention_workspace_ = alloc(cuda::attention_workspace_bytes(num_sms_));
     cuda::clear_attention_workspace(attention_workspace_.data(), num_sms_, stream_);
@@ -41,6 +45,9 @@ class CudaBackend final : public Backend {
     for (auto& [id, exec] : graphs_) cudaGraphExecDestroy(exec);
     attention_workspace_ = Buffer();
     linear_.reset();
+    cudaEventDestroy(upload_done_);
+    cudaFreeHost(upload_staging_);
+    cudaFreeHost(download_staging_);
     cudaStreamDestroy(stream_);
   }
 
@@ -55,16 +62,29 @@ class CudaBackend final : public Backend {
     LS_CHECK_CUDA(cudaMalloc(&p, static_cast<size_t>(bytes > 0 ? bytes : 1)));
     return Buffer(p, bytes, [](void* q) { cudaFree(q); });
   }
-  // No wait: from pageable memory (every host buffer here) the copy has
-  // taken the source's bytes when the call returns, and the stream orders
-  // the transfer before later work. A decode step's batch upload thus costs
-  // no round trip before its graph launches.
+  // Small copies (a step's batch, its chosen ids) go through pinned staging
+  // buffers, which the GPU reads and writes directly; pageable memory costs
+  // the driver a bounce copy. The upload does not wait for its copy: the
+  // stream orders it before later work, and its staging buffer is refilled
+  // only once the copy is done (an event). Larger copies (weights) go from
+  // pageable memory, whose bytes the driver has taken when the call returns.
   void to_backend(void* dst, const void* src, int64_t bytes) override {
-    LS_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+    const auto n = static_cast<size_t>(bytes);
+    if (bytes > kStagingBytes) {
+      LS_CHECK_CUDA(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
+      return;
+    }
+    LS_CHECK_CUDA(cudaEventSynchronize(upload_done_));
+    std::memcpy(upload_staging_, src, n);
+    LS_CHECK_CUDA(cudaMemcpyAsync(dst, upload_staging_, n, cudaMemcpyHostToDevice, stream_));
+    LS_CHECK_CUDA(cudaEventRecord(upload_done_, stream_));
   }
   void to_host(void* dst, const void* src, int64_t bytes) override {
-    LS_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
+    const auto n = static_cast<size_t>(bytes);
+    const bool staged = bytes <= kStagingBytes;
+    LS_CHECK_CUDA(cudaMemcpyAsync(staged ? download_staging_ : dst, src, n, cudaMemcpyDeviceToHost, stream_));
     synchronize();
+    if (staged) std::memcpy(dst, download_staging_, n);
   }
   void synchronize() override { LS_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
 
@@ -105,8 +125,12 @@ class CudaBackend final : public Backend {
  private:
   int device_;
   DType dtype_;
+  static constexpr int64_t kStagingBytes = 64 << 10;
   cudaStream_t stream_ = nullptr;
   int num_sms_ = 0;
+  void* upload_staging_ = nullptr;    // pinned, kStagingBytes
+  void* download_staging_ = nullptr;  // pinned, kStagingBytes
+  cudaEvent_t upload_done_ = nullptr;  // the last staged upload has been copied
   std::unique_ptr<cuda::LinearContext> linear_;
   Buffer attention_workspace_;
   std::map<int64_t, cudaGraphExec_t> graphs_;

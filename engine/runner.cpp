@@ -39,14 +39,9 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
   }
   static_assert(sizeof(SampleRow) % 8 == 0 && alignof(SampleRow) == 8);
   constexpr int64_t kSampleRowElems = sizeof(SampleRow) / 4;
-  sample_rows_offset_ = (3 * T + limits_.max_logit_rows + 1) / 2 * 2;
-  batch_arrays_ = alloc_elems(backend_, sample_rows_offset_ + kSampleRowElems * limits_.max_logit_rows,
+  batch_arrays_ = alloc_elems(backend_, (3 * T + limits_.max_logit_rows + 1) / 2 * 2 +
+                                            kSampleRowElems * limits_.max_logit_rows,
                               DType::kF32);  // 4-byte elements
-  ids_ = batch_arrays_.as<int32_t>();
-  slots_ = ids_ + T;
-  positions_ = slots_ + T;
-  logit_rows_buf_ = positions_ + T;
-  sample_rows_ = reinterpret_cast<SampleRow*>(ids_ + sample_rows_offset_);
   argmax_ = alloc_elems(backend_, 2 * limits_.max_logit_rows, DType::kF32);
   sampled_ = alloc_elems(backend_, limits_.max_logit_rows, DType::kF32);  // int32 ids
   argmax_gathered_ = alloc_elems(backend_, plan_.size * 2 * limits_.max_logit_rows, DType::kF32);
@@ -93,17 +88,25 @@ void Runner::set_batch(const BatchDesc& b) {
   LS_REQUIRE(b.sample_rows.empty() || b.sample_rows.size() == b.logit_rows.size(), ErrorKind::kInternal,
              "{} sampling settings for {} logit rows", b.sample_rows.size(), b.logit_rows.size());
   for (const SampleRow& s : b.sample_rows) s.validate();
-  const int64_t T = limits_.max_step_tokens;
+  // The arrays lie back to back at offsets that depend on the batch size
+  // only (a bucket's graph keeps its addresses): one copy of a few bytes
+  // uploads a decode step's batch.
   const auto rows = static_cast<int64_t>(b.logit_rows.size());
   batch_samples_ = !b.sample_rows.empty();
+  const int64_t sample_offset = (3 * n + rows + 1) / 2 * 2;  // 8-byte aligned
   const int64_t sample_bytes = batch_samples_ ? rows * static_cast<int64_t>(sizeof(SampleRow)) : 0;
-  batch_host_.resize(static_cast<size_t>(batch_samples_ ? sample_rows_offset_ + sample_bytes / 4 : 3 * T + rows));
+  ids_ = batch_arrays_.as<int32_t>();
+  slots_ = ids_ + n;
+  positions_ = slots_ + n;
+  logit_rows_buf_ = positions_ + n;
+  sample_rows_ = reinterpret_cast<SampleRow*>(ids_ + sample_offset);
+  batch_host_.resize(static_cast<size_t>(batch_samples_ ? sample_offset + sample_bytes / 4 : 3 * n + rows));
   std::copy(b.tokens.begin(), b.tokens.end(), batch_host_.begin());
-  std::copy(b.slots.begin(), b.slots.end(), batch_host_.begin() + T);
-  std::copy(b.positions.begin(), b.positions.end(), batch_host_.begin() + 2 * T);
-  std::copy(b.logit_rows.begin(), b.logit_rows.end(), batch_host_.begin() + 3 * T);
+  std::copy(b.slots.begin(), b.slots.end(), batch_host_.begin() + n);
+  std::copy(b.positions.begin(), b.positions.end(), batch_host_.begin() + 2 * n);
+  std::copy(b.logit_rows.begin(), b.logit_rows.end(), batch_host_.begin() + 3 * n);
   if (batch_samples_)
-    std::memcpy(batch_host_.data() + sample_rows_offset_, b.sample_rows.data(), static_cast<size_t>(sample_bytes));
+    std::memcpy(batch_host_.data() + sample_offset, b.sample_rows.data(), static_cast<size_t>(sample_bytes));
   backend_.to_backend(ids_, batch_host_.data(), static_cast<int64_t>(batch_host_.size()) * 4);
   tokens_ = n;
   tokens_per_sequence_ = 1;

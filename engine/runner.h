@@ -93,16 +93,16 @@ class Runner {
   Buffer inv_freq_;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer
   // The batch arrays, one buffer of 4-byte elements filled by one copy per
-  // step: [ids | slots | positions] (max_step_tokens each), the logit rows
-  // (max_logit_rows), then from sample_rows_offset_ (8-byte aligned) the
-  // logit rows' sampling settings when the batch has them.
+  // step: [ids | slots | positions] (the batch's tokens each), the logit
+  // rows, then (8-byte aligned) the logit rows' sampling settings when the
+  // batch has them; sized for max_step_tokens and max_logit_rows, and the
+  // pointers below are set by set_batch.
   Buffer batch_arrays_;
   std::vector<int32_t> batch_host_;
   int32_t* ids_ = nullptr;
   int32_t* slots_ = nullptr;
   int32_t* positions_ = nullptr;
   int32_t* logit_rows_buf_ = nullptr;
-  int64_t sample_rows_offset_ = 0;
   SampleRow* sample_rows_ = nullptr;
   bool batch_samples_ = false;  // the batch came with sample_rows
   Buffer argmax_, argmax_gathered_, sampled_;
