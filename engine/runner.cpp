@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <spdlog/spdlog.h>
 
@@ -114,6 +115,15 @@ void Runner::set_batch(const BatchDesc& b) {
     run = b.slots[i] == b.slots[i - 1] ? run + 1 : 1;
     tokens_per_sequence_ = std::max(tokens_per_sequence_, run);
   }
+  // No lower writes (AttentionParams): every token holds the lowest position of its slot in the batch.
+  slot_min_position_.assign(static_cast<size_t>(cache_shape().num_slots), std::numeric_limits<int32_t>::max());
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t& lowest = slot_min_position_[static_cast<size_t>(b.slots[i])];
+    lowest = std::min(lowest, b.positions[i]);
+  }
+  no_lower_writes_ = true;
+  for (int64_t i = 0; i < n && no_lower_writes_; ++i)
+    no_lower_writes_ = b.positions[i] == slot_min_position_[static_cast<size_t>(b.slots[i])];
   logit_rows_ = static_cast<int64_t>(b.logit_rows.size());
   all_rows_logits_ = logit_rows_ == n;
   for (int64_t i = 0; i < logit_rows_ && all_rows_logits_; ++i) all_rows_logits_ = b.logit_rows[i] == i;
@@ -196,7 +206,8 @@ void Runner::pre_o_proj(int64_t layer) {
                                      .cache = cs,
                                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
                                      .dtype = act_,
-                                     .tokens_per_sequence_hint = tokens_per_sequence_});
+                                     .tokens_per_sequence_hint = tokens_per_sequence_,
+                                     .no_lower_writes = no_lower_writes_});
 }
 
 void Runner::o_proj(int64_t layer) {

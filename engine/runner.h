@@ -70,6 +70,8 @@ class Runner {
   int32_t padding_slot() const { return static_cast<int32_t>(limits_.max_slots); }
   bool has_padding_slot() const { return limits_.max_slots > 1; }
   int64_t batch_logit_rows() const { return logit_rows_; }
+  // The batch's AttentionParams::no_lower_writes, which a captured step bakes in.
+  bool batch_no_lower_writes() const { return no_lower_writes_; }
   // Logs what --diag asked for after a layer (called by the group).
   void log_layer_diagnostics(int64_t layer, double seconds);
 
@@ -111,6 +113,8 @@ class Runner {
   bool all_rows_logits_ = false;     // the logit rows are the batch's rows in order
   int64_t tokens_ = 0;
   int64_t tokens_per_sequence_ = 1;  // the longest run of consecutive tokens of one slot
+  bool no_lower_writes_ = false;     // see AttentionParams::no_lower_writes
+  std::vector<int32_t> slot_min_position_;  // set_batch's scratch
   int64_t logit_rows_ = 0;
 };
 

@@ -70,6 +70,12 @@ struct AttentionParams {
   // decode, the chunk length for prefill). A tiling hint for backends: any
   // batch is computed correctly whatever it says.
   int64_t tokens_per_sequence_hint = 1;
+  // True when no token of the batch shares its slot with a token at a lower
+  // position (decode: one token per slot; padding rows all at position 0):
+  // the step then writes no key below any token's own position, and a
+  // backend may read those keys before the step's writes are done. False
+  // is always correct.
+  bool no_lower_writes = false;
   // At most this many workers per sequence (0: the backend's own rule).
   // Benchmarks set it to compare split counts; any value gives the same result.
   int64_t max_splits = 0;

@@ -135,5 +135,34 @@ TEST_F(GraphReplayTest, GraphedDecodeMatchesPlainDecode) {
   }
 }
 
+// AttentionParams::no_lower_writes, which a captured step bakes in and the
+// graphs are keyed by: true only when no token sits above another token of
+// its slot (decode, padding rows at position 0), false for prompt chunks.
+TEST_F(GraphReplayTest, NoLowerWritesOnlyWhenNoTokenSitsAboveAnotherOfItsSlot) {
+  const ModelConfig config = load_model_config(dir_);
+  const ShardPlan plan = ShardPlan::make(config, 0, 1);
+  auto comm = make_single_rank_communicator();
+  TensorStore store(dir_);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  ModelWeights weights = load_weights(store, config, plan, *comm, *backend, nullptr);
+  const RunnerLimits limits{.max_slots = 4, .max_seq = 64, .max_step_tokens = 16, .max_logit_rows = 4};
+  Runner runner(config, plan, std::move(weights), *backend, limits, Diagnostics{});
+  struct Token {
+    int32_t slot, position;
+  };
+  auto no_lower_writes = [&](const std::vector<Token>& tokens) {
+    BatchDesc b;
+    for (const Token& t : tokens) b.add(1, t.slot, t.position, true);
+    runner.set_batch(b);
+    return runner.batch_no_lower_writes();
+  };
+  EXPECT_TRUE(no_lower_writes({{0, 5}, {1, 9}, {3, 0}}));  // decode: one token per slot
+  const int32_t pad = runner.padding_slot();
+  EXPECT_TRUE(no_lower_writes({{2, 7}, {pad, 0}, {pad, 0}, {pad, 0}}));  // padding rows share position 0
+  EXPECT_FALSE(no_lower_writes({{0, 5}, {0, 6}}));                       // a prompt chunk
+  EXPECT_FALSE(no_lower_writes({{0, 6}, {1, 3}, {0, 5}}));               // a lower token of slot 0 later on
+  EXPECT_TRUE(no_lower_writes({{0, 6}}));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -113,24 +113,29 @@ void TpGroup::step(const BatchDesc& batch) {
     while (padded_.size() < bucket) padded_.add(0, runner_.padding_slot(), 0, true);
     if (!padded_.sample_rows.empty()) padded_.sample_rows.resize(padded_.logit_rows.size());  // greedy
     runner_.set_batch(padded_);
-    const int steps = bucket_steps_[bucket]++;
+    // A step bakes in its batch's no-lower-writes property (a decode batch
+    // has it, a chunk of one prompt does not): one graph for each.
+    const int64_t key = graph_key(bucket, runner_.batch_no_lower_writes());
+    const int steps = bucket_steps_[key]++;
     if (!graphs_ || steps == 0) {
       run_step();
     } else {
       if (steps == 1) {
         runner_.backend().capture_begin();
         run_step();
-        runner_.backend().capture_end(bucket);
+        runner_.backend().capture_end(key);
       }
-      runner_.backend().replay(bucket);
+      runner_.backend().replay(key);
     }
   }
 }
 
 bool TpGroup::replay_captured(int64_t batch_size, int times) {
   const auto bucket = std::find_if(buckets_.begin(), buckets_.end(), [&](int64_t b) { return batch_size <= b; });
-  if (!graphs_ || bucket == buckets_.end() || bucket_steps_[*bucket] < 2) return false;
-  for (int i = 0; i < times; ++i) runner_.backend().replay(*bucket);
+  if (!graphs_ || bucket == buckets_.end()) return false;
+  const int64_t key = graph_key(*bucket, runner_.batch_no_lower_writes());
+  if (bucket_steps_[key] < 2) return false;
+  for (int i = 0; i < times; ++i) runner_.backend().replay(key);
   return true;
 }
 

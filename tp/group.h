@@ -60,6 +60,8 @@ class TpGroup {
   void step(const BatchDesc& batch);  // set_batch, then run_step() eagerly or from a graph
   void run_step();  // embedding .. LM head on the batch set in the runner
   int64_t bucket_for(const BatchDesc& batch) const;  // 0: not a decode-shaped batch
+  // The graph of a bucket's steps whose batches have (or lack) no lower writes.
+  static int64_t graph_key(int64_t bucket, bool no_lower_writes) { return 2 * bucket + (no_lower_writes ? 1 : 0); }
   void all_reduce(Runner::Span span);
   // All-gathers `count` elements per rank in backend memory; returns where the
   // gathered blocks are (`send` itself with one rank).
@@ -74,7 +76,7 @@ class TpGroup {
   std::vector<std::string> layer_names_;  // profiler range names, "layer N"
   bool graphs_;
   std::vector<int64_t> buckets_;
-  std::map<int64_t, int> bucket_steps_;  // steps run per bucket (graphs: 1 eager, then captured)
+  std::map<int64_t, int> bucket_steps_;  // steps run per graph key (graphs: 1 eager, then captured)
   BatchDesc padded_;
   std::vector<uint8_t> argmax_host_;  // [ranks][values (rows) | columns (rows)]
   std::vector<int32_t> greedy_ids_;
