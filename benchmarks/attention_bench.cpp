@@ -4,7 +4,8 @@
 // launch per layer over 32 layers' distinct caches, so that L2 (60 MB on the
 // H200) cannot serve a layer's keys to the next launch. The cache holds a
 // repeated random pattern (the kernel's time does not depend on the values).
-// The split rule's choice and smaller caps on the splits (max_splits).
+// The split rule's choice and smaller caps on the splits (max_splits), with
+// no_lower_writes (as a decode step sets it) and, for the rule, without.
 // Prints one row per (batch, cap): microseconds per launch, the KV bytes read
 // per second and their share of the copy bandwidth measured in the same run.
 // Run: build/attention_bench [iterations] [ctx] [batch cap]
@@ -31,6 +32,7 @@ constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kLayers = 32, kMaxB
 struct Row {
   int64_t batch;
   int64_t cap;  // max_splits; 0: the rule's choice
+  bool early = true;  // no_lower_writes: key copies may start before the launch before ends
 };
 
 // Device buffer of `count` bf16 values: a 4 MiB random pattern repeated.
@@ -51,6 +53,7 @@ void* patterned_bf16(int64_t count, std::mt19937& rng) {
 
 std::vector<Row> all_rows() {
   std::vector<Row> rows;
+  for (int64_t batch : {1, 8, 32, 64}) rows.push_back({batch, 0, false});
   for (int64_t cap : {0, 12, 8, 6, 4, 2}) rows.push_back({1, cap});
   for (int64_t cap : {0, 4, 3, 2, 1}) rows.push_back({8, cap});
   for (int64_t cap : {0, 2, 1}) rows.push_back({32, cap});
@@ -92,7 +95,7 @@ int main(int argc, char** argv) {
   lockstep::cuda::clear_attention_workspace(ws, num_sms, stream);
 
   std::printf("copy bandwidth %.0f GB/s; ctx %lld; %d SMs\n", copy, static_cast<long long>(ctx), num_sms);
-  std::printf("%5s %5s %10s %10s %8s\n", "batch", "cap", "us", "GB/s", "%copy");
+  std::printf("%5s %5s %5s %10s %10s %8s\n", "batch", "cap", "early", "us", "GB/s", "%copy");
   for (const Row& r : rows) {
     lockstep::AttentionParams p{.qkv = qkv,
                                 .k_cache = k,
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
                                 .dtype = DType::kBF16,
                                 .workspace = ws,
                                 .workspace_bytes = ws_bytes,
+                                .no_lower_writes = r.early,  // one token per slot, as a decode step
                                 .max_splits = r.cap};
     const auto layer = [&](int i) {
       p.k_cache = static_cast<char*>(k) + i * layer_elems * 2;
@@ -118,7 +122,8 @@ int main(int argc, char** argv) {
     const double us = lockstep::bench::graphed_us(stream, kLayers, iters, layer);
     const double bytes = 2.0 * 2.0 * static_cast<double>(r.batch * (ctx + 1) * kKvHeads * kHeadDim);
     const double gbs = bytes / us / 1e3;
-    std::printf("%5lld %5lld %10.2f %10.0f %8.1f\n", static_cast<long long>(r.batch), static_cast<long long>(r.cap), us, gbs, 100.0 * gbs / copy);
+    std::printf("%5lld %5lld %5s %10.2f %10.0f %8.1f\n", static_cast<long long>(r.batch),
+                static_cast<long long>(r.cap), r.early ? "yes" : "no", us, gbs, 100.0 * gbs / copy);
   }
   for (void* b : {k, v, qkv, out, ws}) cudaFree(b);
   cudaFree(d_slots);

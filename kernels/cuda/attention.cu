@@ -372,6 +372,12 @@ __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base,
   cp_async_commit();
 }
 
+// Prefill blocks wait for the kernel before (which writes the step's keys)
+// at once. A decode block (one token) first reads its slot and length (no
+// kernel writes them) and, when the batch has no lower writes, starts the
+// copies of the key tiles wholly below its own position's tile, which the
+// step does not write, before it waits: those copies overlap the end of the
+// kernel before.
 template <typename T, int HD, int RowWarps>
 __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnArgs a) {
   constexpr int kKeyWarps = 4 / RowWarps;
@@ -379,7 +385,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
   constexpr int kStages = tc_stages(RowWarps);
   extern __shared__ __align__(16) unsigned char smem[];  // kStages tiles
   auto* buf = reinterpret_cast<TcTile<T, HD>*>(smem);
-  start_after_producers();
+  if constexpr (RowWarps == 4) start_after_producers();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t kvh = blockIdx.y;
   const TileRows tr = tile_rows<RowWarps>(a);
@@ -394,7 +400,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
     tile_row<RowWarps>(a, tr, rows.valid[i] ? r : 0, rows.token[i], rows.head[i]);
   }
   uint32_t qf[HD / 16][4];
-  load_query_fragments<T, HD>(a, rows, qf);
+  if constexpr (RowWarps == 4) load_query_fragments<T, HD>(a, rows, qf);
   const float scale_log2 = a.scale * kLog2e;
   const int64_t pos_stride = a.pos_stride;
   const int64_t last_token = (tr.base + tr.count - 1) / a.group;
@@ -428,17 +434,23 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
     const int64_t tiles = end > begin ? ceil_div(end - begin, kTcKeys) : 0;
     const T* k_base = static_cast<const T*>(a.k_cache) + slot * a.slot_stride + kvh * a.head_stride;
     const T* v_base = static_cast<const T*>(a.v_cache) + slot * a.slot_stride + kvh * a.head_stride;
-    // Tile i goes to buffer i % kStages; kStages - 1 tiles ahead are in flight.
-    const auto load = [&](int64_t i) {
-      if (i < tiles)
-        load_kv_tile<T, HD>(buf[i % kStages], k_base, v_base, pos_stride, begin + i * kTcKeys, end);
+    // Tiles [0, issued) have their copies issued, tile i into buffer i % kStages.
+    int64_t issued = 0;
+    const auto issue_until = [&](int64_t n) {
+      for (; issued < min(n, tiles); ++issued)
+        load_kv_tile<T, HD>(buf[issued % kStages], k_base, v_base, pos_stride, begin + issued * kTcKeys, end);
     };
-    for (int i = 0; i < kStages - 1; ++i) load(i);
+    if constexpr (RowWarps == 1) {
+      if (a.no_lower_writes) issue_until(min(int64_t{kStages}, ((len - 1) / kTcKeys * kTcKeys - begin) / kTcKeys));
+      start_after_producers();
+      load_query_fragments<T, HD>(a, rows, qf);
+    }
+    issue_until(kStages - 1);
     TcState<HD> st;
     st.reset();
     for (int64_t i = 0; i < tiles; ++i) {
-      load(i + kStages - 1);
-      if (i + kStages - 1 < tiles)
+      issue_until(i + kStages);
+      if (issued - i - 1 > 0)
         cp_async_wait_group<kStages - 1>();  // every group but the newest kStages - 1 has landed
       else
         cp_async_wait_group<0>();
@@ -568,7 +580,8 @@ AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int h
                   .group = group,
                   .head_chunks = head_chunks,
                   .splits = splits,
-                  .scale = p.scale};
+                  .scale = p.scale,
+                  .no_lower_writes = p.no_lower_writes};
 }
 
 // Splits whose partial results fit the workspace (at most `wanted`, and at

@@ -43,6 +43,7 @@ struct AttnArgs {
   int head_chunks;  // blocks per (token, kv head) along the group (CUDA cores, tensor-core decode)
   int splits;
   float scale;
+  bool no_lower_writes;  // AttentionParams::no_lower_writes
 };
 
 // Called by every thread of a split block once its partial results are
