@@ -25,11 +25,18 @@ struct AttnCase {
   int64_t max_splits = 0;
 };
 
+// no_lower_writes holds for every decode layout (one token per slot); it is
+// set for all but head_dim 64, so that decode runs both with the key copies
+// issued before the wait for the rope kernel (which writes each token's own
+// key just before) and without.
+bool early_keys(const AttnCase& c) { return c.layout == Layout::kDecode && c.head_dim != 64; }
+
 std::string describe(const AttnCase& c) {
   const char* names[] = {"decode", "prefill", "mixed"};
   return std::string(names[static_cast<int>(c.layout)]) + " tokens=" + std::to_string(c.tokens) +
          " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd=" + std::to_string(c.head_dim) +
-         " hint=" + std::to_string(c.hint) + " max_splits=" + std::to_string(c.max_splits);
+         " hint=" + std::to_string(c.hint) + " max_splits=" + std::to_string(c.max_splits) +
+         (early_keys(c) ? " no_lower_writes" : "");
 }
 
 // Slots and positions of each layout; returns the longest run of one slot.
@@ -81,6 +88,7 @@ class CudaAttentionTest : public CudaOpTest {
                       .cache = cache, .scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim)), .dtype = dt,
                       .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_),
                       .tokens_per_sequence_hint = ac.hint > 0 ? ac.hint : longest,
+                      .no_lower_writes = early_keys(ac),
                       .max_splits = ac.max_splits};
     // The KV append runs fused into qk_norm_rope; a zero frequency makes the
     // rotation exact identity, so the cache must hold exact copies.
