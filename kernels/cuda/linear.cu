@@ -171,6 +171,7 @@ __device__ int64_t gemv_feature(const GemvArgs<T>& a) {
 // and writes it to y and, for k and v heads, to the cache.
 template <typename T, int R>
 __device__ void gemv_rope_out(const GemvArgs<T>& a, int64_t o, const float (&acc)[1][R]) {
+  static_assert(R <= 2, "lane r < R picks row r's sum below");
   __shared__ float value[kGemvWarps][R];
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const float bias = a.bias != nullptr ? to_float(a.bias[o]) : 0.0f;
