@@ -67,9 +67,14 @@ fi
 
 # sanitize: compute-sanitizer memcheck and racecheck over the GPU op tests,
 # one process per (tool, test), up to 32 at a time (all of them), each under
-# SANITIZER_TIMEOUT_S. Racecheck skips LinearMatchesCpu: its kernels are
-# cuBLASLt's (not ours) and our GEMV uses no shared memory. SANITIZE_FILTER
-# narrows the tests (e.g. the kernels a change touched).
+# SANITIZER_TIMEOUT_S. Racecheck skips LinearMatchesCpu and
+# LinearStagesMatchCpu: their products of 3 or more rows are cuBLASLt's
+# kernels, in which racecheck reports hazards (12 in nvjet_sm90_*_splitK
+# kernels at 7 and 19 rows, 2026-12-03; none in ours). Our kernels of those
+# tests are racechecked elsewhere: rms_norm in RmsNormMatchesCpu, the GEMV's
+# shared memory (the RoPE epilogue) in LinearRopeStageMatchesCpu, whose
+# cuBLASLt shapes reported none. SANITIZE_FILTER narrows the tests (e.g. the
+# kernels a change touched).
 sanitize_one() {  # TOOL TEST
   timeout "$SANITIZER_TIMEOUT_S" compute-sanitizer --tool "$1" --error-exitcode 9 "$T" --gtest_brief=1 \
     --gtest_filter="$2" > "$OUT/sanitize/$1.$2.log" 2>&1
@@ -83,7 +88,7 @@ if want sanitize; then
   export T OUT SANITIZER_TIMEOUT_S=${SANITIZER_TIMEOUT_S:-200}
   TOOLS=${SANITIZE_TOOLS:-memcheck racecheck}  # also synccheck (barriers and warp-synchronous intrinsics)
   for tool in $TOOLS; do
-    if [ "$tool" = racecheck ]; then grep -v -x 'CudaOpTest.LinearMatchesCpu' "$OUT/sanitize/tests.txt"
+    if [ "$tool" = racecheck ]; then grep -v -x -e 'CudaOpTest.LinearMatchesCpu' -e 'CudaOpTest.LinearStagesMatchCpu' "$OUT/sanitize/tests.txt"
     else cat "$OUT/sanitize/tests.txt"; fi | sed "s/^/$tool /"
   done | xargs -P 32 -L 1 bash -c 'sanitize_one "$@"' _
   for tool in $TOOLS; do
