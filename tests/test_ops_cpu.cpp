@@ -271,6 +271,13 @@ TEST(KvCache, NegativeSplitCapIsRefused) {
   EXPECT_NO_THROW(cpu::attention(p));
 }
 
+// cpu::linear refuses `p` once `change` has been applied to a copy of it.
+template <typename Change>
+void expect_refused(LinearParams p, Change change) {
+  change(p);
+  EXPECT_THROW(cpu::linear(p), Error);
+}
+
 // The linear op's stages: the params must describe one chain (the norm
 // writes x, SiLU·mul reads y) and a fused kernel must be able to read the
 // old residual while the new one is written.
@@ -281,15 +288,9 @@ TEST(LinearStages, MiswiredStagesAreRefused) {
                                .weight = nw.data(), .out = x.data(), .rows = 1, .cols = 8, .eps = 1e-6f};
   p.silu_mul = SiluMulParams{.gate_up = y.data(), .out = act.data(), .rows = 1, .inter = 2};
   EXPECT_NO_THROW(cpu::linear(p));
-  LinearParams aliased = p;
-  aliased.input_norm->residual_out = res.data();
-  EXPECT_THROW(cpu::linear(aliased), Error);
-  LinearParams not_x = p;
-  not_x.input_norm->out = other.data();
-  EXPECT_THROW(cpu::linear(not_x), Error);
-  LinearParams wrong_width = p;
-  wrong_width.silu_mul->inter = 3;
-  EXPECT_THROW(cpu::linear(wrong_width), Error);
+  expect_refused(p, [&](LinearParams& q) { q.input_norm->residual_out = res.data(); });  // aliased
+  expect_refused(p, [&](LinearParams& q) { q.input_norm->out = other.data(); });  // not x
+  expect_refused(p, [&](LinearParams& q) { q.silu_mul->inter = 3; });  // wrong width
 }
 
 // The q/k norm + RoPE stage must read y (the QKV rows) and be the only output stage.
@@ -301,15 +302,11 @@ TEST(LinearStages, MiswiredRopeStageIsRefused) {
   p.qk_norm_rope = QkNormRopeParams{.qkv = y.data(), .positions = pos.data(), .inv_freq = inv.data(), .tokens = 1,
                                     .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = hd};
   EXPECT_NO_THROW(cpu::linear(p));
-  LinearParams elsewhere = p;
-  elsewhere.qk_norm_rope->qkv = other.data();
-  EXPECT_THROW(cpu::linear(elsewhere), Error);
-  LinearParams wrong_heads = p;
-  wrong_heads.qk_norm_rope->num_heads = 3;
-  EXPECT_THROW(cpu::linear(wrong_heads), Error);
-  LinearParams both = p;
-  both.silu_mul = SiluMulParams{.gate_up = y.data(), .out = act.data(), .rows = 1, .inter = width / 2};
-  EXPECT_THROW(cpu::linear(both), Error);
+  expect_refused(p, [&](LinearParams& q) { q.qk_norm_rope->qkv = other.data(); });  // not y
+  expect_refused(p, [&](LinearParams& q) { q.qk_norm_rope->num_heads = 3; });      // another width
+  expect_refused(p, [&](LinearParams& q) {                                          // two output stages
+    q.silu_mul = SiluMulParams{.gate_up = y.data(), .out = act.data(), .rows = 1, .inter = width / 2};
+  });
 }
 
 // Stages on the CPU are the ops themselves, in order.
