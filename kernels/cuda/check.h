@@ -7,7 +7,12 @@
 // for every kernel launched through LS_LAUNCH: call wait_for_producers()
 // (device_math.cuh) before reading or writing anything another kernel
 // touches; before it, only index math and reads of what no kernel writes
-// (the weights).
+// (the weights, the batch arrays a copy fills before the step). Every kernel
+// lets the next one launch only after its own wait, so a kernel's early
+// reads overlap its producer alone, and everything before that has finished:
+// decode attention relies on this to read, before its wait, the keys below a
+// token's own position, which no kernel of a batch with no lower writes
+// touches (AttentionParams::no_lower_writes).
 // A failure throws a lockstep::Error naming the statement (or kernel), the
 // error string, the rank, the device and file:line.
 #pragma once
