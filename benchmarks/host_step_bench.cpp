@@ -9,8 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <unistd.h>
 #include <vector>
 
@@ -36,12 +36,8 @@ class NullBackend final : public Backend {
     void* p = std::calloc(1, static_cast<size_t>(bytes > 0 ? bytes : 1));
     return Buffer(p, bytes, [](void* q) { std::free(q); });
   }
-  void to_backend(void* dst, const void* src, int64_t bytes) override {
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
-  }
-  void to_host(void* dst, const void* src, int64_t bytes) override {
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
-  }
+  void to_backend(void* dst, const void* src, int64_t bytes) override { cpu_->to_backend(dst, src, bytes); }
+  void to_host(void* dst, const void* src, int64_t bytes) override { cpu_->to_host(dst, src, bytes); }
   void synchronize() override {}
   void embedding(const EmbeddingParams&) override {}
   void linear(const LinearParams&) override {}
@@ -52,6 +48,9 @@ class NullBackend final : public Backend {
   void capture_begin() override {}
   void capture_end(int64_t) override {}
   void replay(int64_t) override {}
+
+ private:
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();  // its host copies
 };
 
 // Microseconds of host work per decode step at `batch` sequences.
