@@ -1,27 +1,48 @@
 // Greedy selection where the logits are: per row of this rank's share of the
 // vocabulary, the largest logit among the first valid_cols columns and its
-// column, the lowest column on ties. Only these (value, column) pairs cross
-// to the host, never the logits.
+// column. NaN ranks below every number and the lower column wins ties, so a
+// row of NaNs picks column 0. Only these (value, column) candidates cross to
+// the host or between ranks, never the logits.
+//
+// A row may be cut into splits of split_cols columns, each with its own
+// candidate (the GPU reads one row with many blocks); next_tokens
+// (kernels/next_tokens.h) picks the best candidate of a row over its splits
+// and the ranks' shares. A split with no valid column has column -1.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/op_common.h"
 
 namespace lockstep {
 
+// Whether candidate (v, c) ranks before (best, best_c) by the rule above.
+inline bool argmax_prefers(float v, int64_t c, float best, int64_t best_c) {
+  if (std::isnan(v)) return std::isnan(best) && c < best_c;
+  if (std::isnan(best)) return true;
+  return v > best || (v == best && c < best_c);
+}
+
 struct ArgmaxParams {
   const void* logits = nullptr;  // [rows, cols]
-  float* values = nullptr;       // [rows]: the largest logit
-  int32_t* columns = nullptr;    // [rows]: its column in this rank's share
+  float* values = nullptr;       // [rows, splits()]: each split's largest logit
+  int32_t* columns = nullptr;    // [rows, splits()]: its column in this rank's share, -1 for none
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t valid_cols = 0;  // columns from here on are vocabulary padding
+  int64_t split_cols = 0;  // columns per split; 0: one split per row
   DType dtype = DType::kF32;
+  // Splits per row: set by cols (not valid_cols), so that every rank's
+  // share has as many.
+  int64_t splits() const { return split_cols == 0 ? 1 : (cols + split_cols - 1) / split_cols; }
+  int64_t split_width() const { return split_cols == 0 ? cols : split_cols; }
   void validate() const {
     LS_OP_REQUIRE(logits && values && columns, "argmax", "null pointer");
-    LS_OP_REQUIRE(rows >= 0 && cols > 0 && valid_cols > 0 && valid_cols <= cols, "argmax",
-                  "bad sizes rows={} cols={} valid_cols={}", rows, cols, valid_cols);
+    LS_OP_REQUIRE(rows >= 0 && cols > 0 && valid_cols > 0 && valid_cols <= cols && split_cols >= 0 &&
+                      cols < (int64_t{1} << 31),
+                  "argmax", "bad sizes rows={} cols={} valid_cols={} split_cols={}", rows, cols, valid_cols,
+                  split_cols);
   }
 };
 

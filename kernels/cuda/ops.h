@@ -11,6 +11,7 @@
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
+#include "kernels/next_tokens.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -24,6 +25,7 @@ void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream);
 void silu_mul(const SiluMulParams& p, cudaStream_t stream);
 void argmax(const ArgmaxParams& p, cudaStream_t stream);
 void sample(const SampleParams& p, cudaStream_t stream);
+void next_tokens(const NextTokensParams& p, cudaStream_t stream);
 
 // Attention splits each sequence over several blocks (flash-decoding) when
 // the batch alone does not fill the GPU; the partial results and the splits'

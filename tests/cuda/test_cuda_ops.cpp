@@ -1,6 +1,9 @@
 // The elementwise, normalization, rotary and linear CUDA ops against the
 // float32 CPU reference on odd sizes, in every dtype (tolerances in
 // cuda_test_support.h).
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 
 #include "engine/config.h"
@@ -319,33 +322,100 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
 
 TEST_F(CudaOpTest, ArgmaxMatchesCpu) {
   std::mt19937 rng(6);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   for (DType dt : all_dtypes())
     for (int64_t rows : odd_rows())
-      for (int64_t cols : {1, 111, 32000, 128256}) {
-        std::vector<float> logits = random_values(rows * cols, dt, rng);
-        const int64_t valid = std::max<int64_t>(1, cols - 3);
-        // Ties, the lower column winning: inside one thread's vector (columns 0 and 1) in row 0;
-        // between threads and against the scalar tail past the last whole vector in the others.
-        if (cols > 1) logits[1] = logits[0] = 50.0f;
-        for (int64_t r = 1; r < rows && cols > 9; ++r)
-          logits[r * cols + 8] = logits[r * cols + valid - 1] = 60.0f;
-        DeviceArray d_logits(logits, dt), d_values(rows, DType::kF32), d_columns(rows, DType::kF32);
-        ArgmaxParams p{.logits = d_logits.get(), .values = static_cast<float*>(d_values.get()),
-                       .columns = static_cast<int32_t*>(d_columns.get()), .rows = rows, .cols = cols,
-                       .valid_cols = valid, .dtype = dt};
-        cuda::argmax(p, stream_);
-        sync();
-        std::vector<float> want_values(static_cast<size_t>(rows));
-        std::vector<int32_t> want_columns(static_cast<size_t>(rows)), got_columns(static_cast<size_t>(rows));
-        ArgmaxParams c = p;
-        c.logits = logits.data(), c.values = want_values.data(), c.columns = want_columns.data();
-        c.dtype = DType::kF32;
-        cpu::argmax(c);
-        LS_CHECK_CUDA(cudaMemcpy(got_columns.data(), d_columns.get(), static_cast<size_t>(rows) * 4,
-                                 cudaMemcpyDeviceToHost));
-        EXPECT_EQ(got_columns, want_columns) << "argmax " << label(rows, cols) << " " << dtype_name(dt);
-        expect_close(d_values.download(), want_values, DType::kF32, "argmax values " + label(rows, cols));
+      for (int64_t cols : {1, 111, 32000, 128256})
+        for (int64_t split_cols : {0, 4096, 1000, 37}) {
+          if (rows > 19 && split_cols != 4096) continue;  // the many-row cases once
+          std::vector<float> logits = random_values(rows * cols, dt, rng);
+          const int64_t valid = std::max<int64_t>(1, cols - 3);
+          // Ties, the lower column winning: inside one thread's vector (columns 0 and 1) in row 0;
+          // between threads, splits and against the scalar tail past the last whole vector in the
+          // others. NaNs rank below every number (a leading one in row 2).
+          if (cols > 1) logits[1] = logits[0] = 50.0f;
+          for (int64_t r = 1; r < rows && cols > 9; ++r)
+            logits[r * cols + 8] = logits[r * cols + valid - 1] = 60.0f;
+          if (rows > 2 && cols > 9) logits[2 * cols] = logits[2 * cols + 9] = nan;
+          DeviceArray d_logits(logits, dt);
+          ArgmaxParams p{.rows = rows, .cols = cols, .valid_cols = valid, .split_cols = split_cols, .dtype = dt};
+          const int64_t n = rows * p.splits();
+          DeviceArray d_values(n, DType::kF32), d_columns(n, DType::kF32);
+          p.logits = d_logits.get(), p.values = static_cast<float*>(d_values.get());
+          p.columns = static_cast<int32_t*>(d_columns.get());
+          cuda::argmax(p, stream_);
+          sync();
+          std::vector<float> want_values(static_cast<size_t>(n));
+          std::vector<int32_t> want_columns(static_cast<size_t>(n)), got_columns(static_cast<size_t>(n));
+          ArgmaxParams c = p;
+          c.logits = logits.data(), c.values = want_values.data(), c.columns = want_columns.data();
+          c.dtype = DType::kF32;
+          cpu::argmax(c);
+          LS_CHECK_CUDA(cudaMemcpy(got_columns.data(), d_columns.get(), static_cast<size_t>(n) * 4,
+                                   cudaMemcpyDeviceToHost));
+          const std::string what = "argmax " + label(rows, cols) + " split_cols=" + std::to_string(split_cols);
+          EXPECT_EQ(got_columns, want_columns) << what << " " << dtype_name(dt);
+          // Values are copies of logits: equal, NaN where the CPU's is.
+          const std::vector<float> got_values = d_values.download();
+          for (size_t i = 0; i < got_values.size(); ++i)
+            if (std::isnan(want_values[i]))
+              EXPECT_TRUE(std::isnan(got_values[i])) << what << " candidate " << i;
+            else
+              EXPECT_EQ(got_values[i], want_values[i]) << what << " candidate " << i;
+        }
+}
+
+// next_tokens on the GPU against the CPU twin: candidates of three shares
+// (the last one padding) with ties across shares, feed back with a padding
+// row and the context cap, and two calls alternating the published slot.
+TEST_F(CudaOpTest, NextTokensMatchesCpu) {
+  std::mt19937 rng(7);
+  for (int64_t rows : odd_rows()) {
+    const int64_t shares = 3, splits = 5, share_cols = 1000, vocab = 2 * share_cols;
+    std::vector<float> candidates(static_cast<size_t>(shares * 2 * rows * splits));
+    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+    std::uniform_int_distribution<int32_t> column(-1, 199);
+    for (int64_t s = 0; s < shares; ++s) {
+      float* block = candidates.data() + s * 2 * rows * splits;
+      for (int64_t i = 0; i < rows * splits; ++i) {
+        block[i] = std::round(value(rng) * 2.0f) / 2.0f;  // few distinct values: ties
+        const int32_t c = static_cast<int32_t>(i % splits) * 200 + column(rng);
+        std::memcpy(&block[rows * splits + i], &c, 4);
       }
+    }
+    std::vector<int32_t> slots(static_cast<size_t>(rows)), positions(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      slots[static_cast<size_t>(r)] = r % 5 == 4 ? 99 : static_cast<int32_t>(r);
+      positions[static_cast<size_t>(r)] = static_cast<int32_t>(r % 3 == 0 ? 63 : r);
+    }
+    std::vector<int32_t> tokens(static_cast<size_t>(rows), 0), zero{0};
+    DeviceArray d_candidates(candidates, DType::kF32), d_tokens(tokens), d_positions(positions), d_slots(slots),
+        d_published(2 * rows, DType::kF32), d_count(zero);
+    NextTokensParams p{.candidates = d_candidates.get(), .shares = shares, .splits = splits,
+                       .share_cols = share_cols, .vocab = vocab, .rows = rows, .tokens = d_tokens.ints(),
+                       .positions = d_positions.ints(), .slots = d_slots.ints(), .padding_slot = 99,
+                       .max_position = 63, .published = d_published.ints(), .published_stride = rows,
+                       .published_count = reinterpret_cast<uint32_t*>(d_count.ints())};
+    std::vector<int32_t> want_published(static_cast<size_t>(2 * rows), 0);
+    uint32_t want_count = 0;
+    NextTokensParams c = p;
+    c.candidates = candidates.data(), c.tokens = tokens.data(), c.positions = positions.data();
+    c.slots = slots.data(), c.published = want_published.data(), c.published_count = &want_count;
+    for (int call = 0; call < 2; ++call) {
+      cuda::next_tokens(p, stream_);
+      cpu::next_tokens(c);
+    }
+    sync();
+    auto ints = [&](const DeviceArray& a, int64_t n) {
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      LS_CHECK_CUDA(cudaMemcpy(v.data(), a.get(), v.size() * 4, cudaMemcpyDeviceToHost));
+      return v;
+    };
+    EXPECT_EQ(ints(d_published, 2 * rows), want_published) << "rows " << rows;
+    EXPECT_EQ(ints(d_tokens, rows), tokens) << "rows " << rows;
+    EXPECT_EQ(ints(d_positions, rows), positions) << "rows " << rows;
+    EXPECT_EQ(static_cast<uint32_t>(ints(d_count, 1)[0]), want_count);
+  }
 }
 
 }  // namespace
