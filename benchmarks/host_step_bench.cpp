@@ -38,12 +38,14 @@ class NullBackend final : public Backend {
   }
   void to_backend(void* dst, const void* src, int64_t bytes) override { cpu_->to_backend(dst, src, bytes); }
   void to_host(void* dst, const void* src, int64_t bytes) override { cpu_->to_host(dst, src, bytes); }
+  Buffer alloc_host_visible(int64_t bytes) override { return alloc(bytes); }
   void synchronize() override {}
   void embedding(const EmbeddingParams&) override {}
   void linear(const LinearParams&) override {}
   void attention(const AttentionParams&) override {}
   void argmax(const ArgmaxParams&) override {}
   void sample(const SampleParams&) override {}
+  void next_tokens(const NextTokensParams&) override {}
   bool supports_graphs() const override { return true; }
   void capture_begin() override {}
   void capture_end(int64_t) override {}

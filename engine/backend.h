@@ -15,6 +15,7 @@
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
+#include "kernels/next_tokens.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
@@ -52,14 +53,24 @@ class Backend {
   virtual void to_host(void* host_dst, const void* src, int64_t bytes) = 0;
   // Converts float32 host values to `dtype` and places them on the backend.
   Buffer upload(const std::vector<float>& host, DType dtype);
+  // Memory the backend's ops write and the host reads directly, once the op
+  // is done (wait_event): pinned, mapped memory on CUDA. Zeroed.
+  virtual Buffer alloc_host_visible(int64_t bytes) = 0;
   // Waits for all queued work (a no-op on the CPU).
   virtual void synchronize() = 0;
+  // Marks the queue's current end as event k (k < kEvents); wait_event(k)
+  // returns once the work queued before that mark is done (no-ops on the CPU,
+  // whose ops run as they are called).
+  static constexpr int kEvents = 2;
+  virtual void record_event(int /*k*/) {}
+  virtual void wait_event(int /*k*/) {}
 
   virtual void embedding(const EmbeddingParams& p) = 0;
   virtual void linear(const LinearParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void argmax(const ArgmaxParams& p) = 0;
   virtual void sample(const SampleParams& p) = 0;
+  virtual void next_tokens(const NextTokensParams& p) = 0;
 
   // Graphs (CUDA graphs): the ops queued between capture_begin() and
   // capture_end(id) are recorded, not run, as graph `id` (replacing an older

@@ -42,6 +42,11 @@ class CpuBackend final : public Backend {
   void to_host(void* dst, const void* src, int64_t bytes) override {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
+  Buffer alloc_host_visible(int64_t bytes) override {
+    Buffer b = alloc(bytes);
+    std::memset(b.data(), 0, static_cast<size_t>(bytes));
+    return b;
+  }
   void synchronize() override {}
 
   void embedding(const EmbeddingParams& p) override { cpu::embedding(p); }
@@ -49,6 +54,7 @@ class CpuBackend final : public Backend {
   void attention(const AttentionParams& p) override { cpu::attention(p); }
   void argmax(const ArgmaxParams& p) override { cpu::argmax(p); }
   void sample(const SampleParams& p) override { cpu::sample(p); }
+  void next_tokens(const NextTokensParams& p) override { cpu::next_tokens(p); }
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 // not (see to_backend).
 #include <nvtx3/nvToolsExt.h>
 
+#include <array>
 #include <cstring>
 #include <map>
 
@@ -37,6 +38,7 @@ class CudaBackend final : public Backend {
     LS_CHECK_CUDA(cudaMallocHost(&upload_staging_, kStagingBytes));
     LS_CHECK_CUDA(cudaMallocHost(&download_staging_, kStagingBytes));
     LS_CHECK_CUDA(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : events_) LS_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     linear_ = std::make_unique<cuda::LinearContext>();
     attention_workspace_ = alloc(cuda::attention_workspace_bytes(num_sms_));
     cuda::clear_attention_workspace(attention_workspace_.data(), num_sms_, stream_);
@@ -46,6 +48,7 @@ class CudaBackend final : public Backend {
     attention_workspace_ = Buffer();
     linear_.reset();
     cudaEventDestroy(upload_done_);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     cudaFreeHost(upload_staging_);
     cudaFreeHost(download_staging_);
     cudaStreamDestroy(stream_);
@@ -86,7 +89,18 @@ class CudaBackend final : public Backend {
     synchronize();
     if (staged) std::memcpy(dst, download_staging_, n);
   }
+  // Pinned and mapped: with unified addressing the one pointer serves the
+  // host and the kernels, which write through to host memory.
+  Buffer alloc_host_visible(int64_t bytes) override {
+    void* p = nullptr;
+    const auto n = static_cast<size_t>(bytes > 0 ? bytes : 1);
+    LS_CHECK_CUDA(cudaHostAlloc(&p, n, cudaHostAllocMapped));
+    std::memset(p, 0, n);
+    return Buffer(p, bytes, [](void* q) { cudaFreeHost(q); });
+  }
   void synchronize() override { LS_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+  void record_event(int k) override { LS_CHECK_CUDA(cudaEventRecord(events_.at(static_cast<size_t>(k)), stream_)); }
+  void wait_event(int k) override { LS_CHECK_CUDA(cudaEventSynchronize(events_.at(static_cast<size_t>(k)))); }
 
   void embedding(const EmbeddingParams& p) override { cuda::embedding(p, stream_); }
   void linear(const LinearParams& p) override { cuda::linear(p, *linear_, stream_); }
@@ -98,6 +112,7 @@ class CudaBackend final : public Backend {
   }
   void argmax(const ArgmaxParams& p) override { cuda::argmax(p, stream_); }
   void sample(const SampleParams& p) override { cuda::sample(p, stream_); }
+  void next_tokens(const NextTokensParams& p) override { cuda::next_tokens(p, stream_); }
 
   bool supports_graphs() const override { return true; }
   void capture_begin() override {
@@ -131,6 +146,7 @@ class CudaBackend final : public Backend {
   void* upload_staging_ = nullptr;    // pinned, kStagingBytes
   void* download_staging_ = nullptr;  // pinned, kStagingBytes
   cudaEvent_t upload_done_ = nullptr;  // the last staged upload has been copied
+  std::array<cudaEvent_t, kEvents> events_{};  // record_event / wait_event
   std::unique_ptr<cuda::LinearContext> linear_;
   Buffer attention_workspace_;
   std::map<int64_t, cudaGraphExec_t> graphs_;

@@ -35,8 +35,8 @@ void EngineOptions::validate() const {
 }
 
 std::string EngineOptions::summary() const {
-  return fmt::format("model={} backend={} dtype={} eager={} pdl={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
-                     model_dir.string(), backend, dtype, eager, !no_pdl, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
+  return fmt::format("model={} backend={} dtype={} eager={} pdl={} sync_steps={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
+                     model_dir.string(), backend, dtype, eager, !no_pdl, sync_steps, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
                      max_batch, max_step_tokens,
                      kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes));
 }

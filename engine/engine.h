@@ -38,6 +38,7 @@ struct EngineOptions {
   int64_t kv_cache_bytes = 0;    // 0: a quarter of this machine's memory, shared by its ranks
   bool eager = false;            // no graphs: launch every op of every step
   bool no_pdl = false;           // CUDA: no launch overlap (programmatic dependent launch)
+  bool sync_steps = false;       // generate: no decode step queued before the last one's tokens are in (Generator)
   Diagnostics diag;
   void validate() const;
   std::string summary() const;

@@ -6,7 +6,7 @@
 
 namespace lockstep {
 
-Generator::Generator(TpGroup& group) : group_(group) {}
+Generator::Generator(TpGroup& group, bool overlap_steps) : group_(group), overlap_steps_(overlap_steps) {}
 
 void Generator::check_request(const GenerationRequest& r) const {
   const Runner& runner = group_.runner();
@@ -42,23 +42,31 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
   // GPU), so no logits cross to the host: by argmax when every request is
   // greedy, else by the sample op. Kept logits come to the host, where the
   // CPU twin of the sample op chooses the same ids.
-  const bool greedy = !keep_logits && std::all_of(requests.begin(), requests.end(), [](const GenerationRequest& r) {
+  const bool greedy = std::all_of(requests.begin(), requests.end(), [](const GenerationRequest& r) {
     return r.sampling.temperature == 0.0;
   });
+  const TpGroup::Choice choice = greedy ? TpGroup::Choice::kGreedy : TpGroup::Choice::kSample;
   // Appends the chosen token (and its logits row) and reports it.
   auto append = [&](size_t seq, int32_t token, const float* row) {
     out[seq].tokens.push_back(token);
-    if (keep_logits) out[seq].logits.insert(out[seq].logits.end(), row, row + vocab);
+    if (row != nullptr) out[seq].logits.insert(out[seq].logits.end(), row, row + vocab);
     if (on_token) on_token(seq, token);
     const auto& stops = requests[seq].stop_ids;
     if (std::find(stops.begin(), stops.end(), token) != stops.end()) out[seq].stopped = true;
   };
+  // The sampling settings of each row's token `ahead` tokens past those it has (greedy: none).
+  auto settings = [&](const std::vector<size_t>& row_seq, uint64_t ahead) {
+    std::vector<SampleRow> rows;
+    if (!greedy)
+      for (size_t seq : row_seq) rows.push_back(samplers[seq].settings(out[seq].tokens.size() + ahead));
+    return rows;
+  };
   // Runs the step and chooses the next token of each of its logit rows.
   auto run = [&](BatchDesc& batch, const std::vector<size_t>& row_seq) {
     if (!keep_logits) {
-      if (!greedy)
-        for (size_t seq : row_seq) batch.sample_rows.push_back(samplers[seq].next());
-      const std::vector<int32_t>& ids = greedy ? group_.forward_greedy(batch) : group_.forward_sample(batch);
+      batch.sample_rows = settings(row_seq, 0);
+      group_.enqueue(batch, choice);
+      const std::vector<int32_t>& ids = group_.take_chosen();
       for (size_t i = 0; i < row_seq.size(); ++i) append(row_seq[i], ids[i], nullptr);
       return;
     }
@@ -92,17 +100,58 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
   }
 
   // Decode: one token per unfinished sequence per step.
-  while (true) {
-    BatchDesc batch;
+  auto unfinished = [&] {
     std::vector<size_t> row_seq;
-    for (size_t s = 0; s < requests.size(); ++s) {
-      if (finished(s)) continue;
-      int32_t pos = static_cast<int32_t>(requests[s].prompt.size() + out[s].tokens.size() - 1);
-      batch.add(out[s].tokens.back(), static_cast<int32_t>(s), pos, true);
-      row_seq.push_back(s);
+    for (size_t s = 0; s < requests.size(); ++s)
+      if (!finished(s)) row_seq.push_back(s);
+    return row_seq;
+  };
+  auto decode_batch = [&](const std::vector<size_t>& row_seq) {
+    BatchDesc batch;
+    for (size_t s : row_seq)
+      batch.add(out[s].tokens.back(), static_cast<int32_t>(s),
+                static_cast<int32_t>(requests[s].prompt.size() + out[s].tokens.size() - 1), true);
+    return batch;
+  };
+  if (keep_logits) {
+    for (std::vector<size_t> row_seq = unfinished(); !row_seq.empty(); row_seq = unfinished()) {
+      BatchDesc batch = decode_batch(row_seq);
+      run(batch, row_seq);
     }
+    return out;
+  }
+  // With the ids chosen on the device, the next step is queued before this
+  // one's ids reach the host whenever it is sure to run as the synchronous
+  // loop would run it: the same sequences (none reaches its token limit
+  // with this step's token), each fed its chosen token on the device. When a
+  // sequence stops on a stop id instead, the queued step is dropped, so the
+  // steps and their batches, and with them the tokens, are those of the
+  // synchronous loop.
+  std::vector<size_t> row_seq = unfinished();
+  if (!row_seq.empty()) {
+    BatchDesc batch = decode_batch(row_seq);
+    batch.sample_rows = settings(row_seq, 0);
+    group_.enqueue(batch, choice);
+  }
+  while (!row_seq.empty()) {
+    const bool ahead = overlap_steps_ && group_.can_enqueue_next() &&
+                       std::all_of(row_seq.begin(), row_seq.end(), [&](size_t s) {
+                         return static_cast<int64_t>(out[s].tokens.size()) + 1 < requests[s].max_new_tokens;
+                       });
+    if (ahead) group_.enqueue_next(settings(row_seq, 1));
+    const std::vector<int32_t>& ids = group_.take_chosen();
+    bool stopped = false;
+    for (size_t i = 0; i < row_seq.size(); ++i) {
+      append(row_seq[i], ids[i], nullptr);
+      stopped = stopped || out[row_seq[i]].stopped;
+    }
+    if (ahead && !stopped) continue;  // the queued step is the next one
+    if (ahead) group_.take_chosen();  // dropped
+    row_seq = unfinished();
     if (row_seq.empty()) break;
-    run(batch, row_seq);
+    BatchDesc batch = decode_batch(row_seq);
+    batch.sample_rows = settings(row_seq, 0);
+    group_.enqueue(batch, choice);
   }
   return out;
 }

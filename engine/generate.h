@@ -28,7 +28,10 @@ using TokenCallback = std::function<void(size_t, int32_t)>;
 
 class Generator {
  public:
-  explicit Generator(TpGroup& group);
+  // overlap_steps: queue each decode step before the tokens of the one
+  // before reach the host, where the tokens are sure to be the same as with
+  // one step at a time (false: one step at a time, for comparison).
+  explicit Generator(TpGroup& group, bool overlap_steps = true);
 
   // Runs the requests together, one sequence slot each: one prefill pass over
   // all prompts (chunked to the step limit), then decode steps of one token per
@@ -43,6 +46,7 @@ class Generator {
  private:
   void check_request(const GenerationRequest& r) const;
   TpGroup& group_;
+  bool overlap_steps_;
 };
 
 }  // namespace lockstep

@@ -17,6 +17,10 @@ Buffer alloc_elems(Backend& b, int64_t count, DType t) {
   return b.alloc(count * static_cast<int64_t>(dtype_size(t)));
 }
 
+// Columns per argmax candidate: a 128k vocabulary is read by 32 blocks a row
+// on the GPU, and its candidates stay a few hundred bytes a row.
+constexpr int64_t kArgmaxSplitCols = 4096;
+
 }  // namespace
 
 Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights weights, Backend& backend,
@@ -43,9 +47,14 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
   batch_arrays_ = alloc_elems(backend_, (3 * T + limits_.max_logit_rows + 1) / 2 * 2 +
                                             kSampleRowElems * limits_.max_logit_rows,
                               DType::kF32);  // 4-byte elements
-  argmax_ = alloc_elems(backend_, 2 * limits_.max_logit_rows, DType::kF32);
+  argmax_splits_ = (plan_.vocab_local + kArgmaxSplitCols - 1) / kArgmaxSplitCols;
+  argmax_ = alloc_elems(backend_, 2 * limits_.max_logit_rows * argmax_splits_, DType::kF32);
   sampled_ = alloc_elems(backend_, limits_.max_logit_rows, DType::kF32);  // int32 ids
-  argmax_gathered_ = alloc_elems(backend_, plan_.size * 2 * limits_.max_logit_rows, DType::kF32);
+  argmax_gathered_ = alloc_elems(backend_, plan_.size * 2 * limits_.max_logit_rows * argmax_splits_, DType::kF32);
+  published_ = backend_.alloc_host_visible(2 * limits_.max_logit_rows * 4);
+  published_count_ = alloc_elems(backend_, 1, DType::kF32);
+  const uint32_t zero = 0;
+  backend_.to_backend(published_count_.data(), &zero, 4);
   const int64_t hidden = config_.hidden_size;
   for (Buffer& r : residual_) r = alloc_elems(backend_, T * hidden, act_);
   normed_ = alloc_elems(backend_, T * hidden, act_);
@@ -127,6 +136,7 @@ void Runner::set_batch(const BatchDesc& b) {
   logit_rows_ = static_cast<int64_t>(b.logit_rows.size());
   all_rows_logits_ = logit_rows_ == n;
   for (int64_t i = 0; i < logit_rows_ && all_rows_logits_; ++i) all_rows_logits_ = b.logit_rows[i] == i;
+  feeds_back_ = all_rows_logits_ && tokens_per_sequence_ == 1;
   if (diag_.shapes || diag_.attn) log_batch_diagnostics(b);
 }
 
@@ -290,11 +300,50 @@ void Runner::argmax() {
   if (logit_rows_ == 0) return;
   backend_.argmax(ArgmaxParams{.logits = logits_.data(),
                                .values = argmax_.as<float>(),
-                               .columns = argmax_.as<int32_t>() + logit_rows_,
+                               .columns = argmax_.as<int32_t>() + logit_rows_ * argmax_splits_,
                                .rows = logit_rows_,
                                .cols = plan_.vocab_local,
                                .valid_cols = std::max<int64_t>(1, plan_.vocab_real_local()),
+                               .split_cols = kArgmaxSplitCols,
                                .dtype = act_});
+}
+
+void Runner::next_tokens(const void* gathered_candidates) {
+  if (logit_rows_ == 0) return;
+  NextTokensParams p{.candidates = gathered_candidates,
+                     .shares = plan_.size,
+                     .splits = argmax_splits_,
+                     .share_cols = plan_.vocab_local,
+                     .vocab = config_.vocab_size,
+                     .sampled = gathered_candidates ? nullptr : sampled_.as<int32_t>(),
+                     .rows = logit_rows_,
+                     .published = published_.as<int32_t>(),
+                     .published_stride = limits_.max_logit_rows,
+                     .published_count = published_count_.as<uint32_t>()};
+  if (feeds_back_) {
+    p.tokens = ids_, p.positions = positions_, p.slots = slots_;
+    p.padding_slot = has_padding_slot() ? padding_slot() : -1;
+    p.max_position = static_cast<int32_t>(limits_.max_seq - 1);
+  }
+  backend_.next_tokens(p);
+}
+
+void Runner::advance_batch(const std::vector<SampleRow>& sample_rows) {
+  LS_REQUIRE(feeds_back_, ErrorKind::kInternal, "advance_batch: the batch does not feed back its tokens");
+  LS_REQUIRE(static_cast<int64_t>(sample_rows.size()) == (batch_samples_ ? logit_rows_ : 0), ErrorKind::kInternal,
+             "advance_batch: {} sampling settings for {} rows", sample_rows.size(), logit_rows_);
+  int32_t* slots = batch_host_.data() + tokens_;
+  int32_t* positions = slots + tokens_;
+  for (int64_t i = 0; i < tokens_; ++i) {
+    if (has_padding_slot() && slots[i] == padding_slot()) continue;
+    LS_REQUIRE(positions[i] + 1 < limits_.max_seq, ErrorKind::kInvalidArgument,
+               "position {} is beyond the context length {}", positions[i] + 1, limits_.max_seq);
+    ++positions[i];
+  }
+  for (const SampleRow& s : sample_rows) s.validate();
+  if (batch_samples_)
+    backend_.to_backend(sample_rows_, sample_rows.data(),
+                        static_cast<int64_t>(sample_rows.size() * sizeof(SampleRow)));
 }
 
 void Runner::sample(const void* gathered_logits) {

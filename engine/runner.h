@@ -34,11 +34,30 @@ class Runner {
   void o_proj(int64_t layer);      // partial <- attention · o_projᵀ (row-parallel)
   void mlp(int64_t layer);         // post-attention norm, down(silu(gate) · up) -> partial (row-parallel)
   void lm_head();                  // final norm; logits_local <- normed[logit rows] · lm_headᵀ
-  void argmax();                   // per logit row: best logit of this rank's share and its column
+  void argmax();                   // per logit row and split: best logit of this rank's share and its column
   // Per logit row, the token chosen by the batch's sample_rows from the
   // full-vocabulary logits [ranks][logit rows][vocab_local] (the all-gather
-  // of logits_local, or logits_local itself with one rank) into sampled_ids().
+  // of logits_local, or logits_local itself with one rank); next_tokens
+  // takes it from there.
   void sample(const void* gathered_logits);
+  // Ends a step whose tokens are chosen where the logits are (the
+  // next_tokens op): each logit row's token, the best of the ranks' argmax
+  // candidates (`gathered_candidates`, [ranks][argmax_result]) or, with
+  // null, sample()'s, is published (published_ids) and, when the batch
+  // feeds back, becomes the row's next token at a position one higher.
+  void next_tokens(const void* gathered_candidates);
+  // Whether next_tokens makes the batch its own next decode step: every
+  // token a logit row, in order, one token per sequence.
+  bool batch_feeds_back() const { return feeds_back_; }
+  // Makes the batch fed back by next_tokens the current one on the host
+  // side too: positions one higher (checked against the context) and, for a
+  // batch that samples, the new step's settings (one per logit row), uploaded.
+  void advance_batch(const std::vector<SampleRow>& sample_rows);
+  // The ids the k-th next_tokens published, [logit rows of that step]; host
+  // memory, complete once that step is done.
+  const int32_t* published_ids(int64_t k) const {
+    return published_.as<int32_t>() + (k % 2) * limits_.max_logit_rows;
+  }
 
   // The buffers the group's collectives work on (backend memory, act dtype).
   struct Span {
@@ -50,13 +69,11 @@ class Runner {
   Span logits_local() const;       // [logit rows, vocab_local]
   // Receives the all-gather of logits_local: [ranks][logit rows][vocab_local].
   void* logits_gathered() const { return logits_gathered_.data(); }
-  // argmax()'s results, [2, logit rows] 4-byte elements: the float32 values,
-  // then the int32 columns (one copy to the host brings both).
-  Span argmax_result() const { return {argmax_.data(), 2 * logit_rows_}; }
-  // Receives the all-gather of argmax_result: [ranks][2 · logit rows].
+  // argmax()'s candidates, [2][logit rows][splits] 4-byte elements: the
+  // float32 values, then the int32 columns.
+  Span argmax_result() const { return {argmax_.data(), 2 * logit_rows_ * argmax_splits_}; }
+  // Receives the all-gather of argmax_result: [ranks][argmax_result].
   void* argmax_gathered() const { return argmax_gathered_.data(); }
-  // sample()'s results, [logit rows] int32 token ids.
-  const int32_t* sampled_ids() const { return sampled_.as<int32_t>(); }
 
   const ModelConfig& config() const { return config_; }
   const ShardPlan& plan() const { return plan_; }
@@ -108,6 +125,10 @@ class Runner {
   SampleRow* sample_rows_ = nullptr;
   bool batch_samples_ = false;  // the batch came with sample_rows
   Buffer argmax_, argmax_gathered_, sampled_;
+  int64_t argmax_splits_ = 1;    // argmax candidates per row (kArgmaxSplitCols columns each)
+  Buffer published_;             // host-visible [2][max_logit_rows] ids (next_tokens)
+  Buffer published_count_;       // the backend's count of next_tokens calls (uint32)
+  bool feeds_back_ = false;      // see batch_feeds_back()
   Buffer residual_[2], normed_, qkv_, attn_, partial_, gate_up_, act_buf_, logits_, logits_gathered_;
   Buffer lm_partial_, lm_residual_;  // the logit rows of partial and residual, when not all rows are
   bool all_rows_logits_ = false;     // the logit rows are the batch's rows in order

@@ -37,10 +37,10 @@ Sampler::Sampler(const SamplingParams& params, uint64_t sequence) : params_(para
 // The settings in the op's float32 / int32 fields: a temperature below the
 // smallest float becomes greedy, and a top-p below it the smallest positive
 // float (in effect greedy too).
-SampleRow Sampler::next() {
+SampleRow Sampler::settings(uint64_t step) const {
   using Float = std::numeric_limits<float>;
   return SampleRow{
-      .random = sampling_random(params_.seed, sequence_, step_++),
+      .random = sampling_random(params_.seed, sequence_, step),
       .temperature = static_cast<float>(std::min(params_.temperature, static_cast<double>(Float::max()))),
       .top_p = std::max(static_cast<float>(params_.top_p), Float::denorm_min()),
       .top_k = static_cast<int32_t>(std::min<int64_t>(params_.top_k, std::numeric_limits<int32_t>::max()))};

@@ -29,8 +29,11 @@ uint64_t sampling_random(uint64_t seed, uint64_t sequence, uint64_t step);
 class Sampler {
  public:
   Sampler(const SamplingParams& params, uint64_t sequence);
+  // The settings of this sequence's token number `step` (0: the first
+  // generated one).
+  SampleRow settings(uint64_t step) const;
   // The settings of this sequence's next token; each call is the next step.
-  SampleRow next();
+  SampleRow next() { return settings(step_++); }
   // Chooses the next token from full-vocabulary float32 logits on the host,
   // with the settings of next().
   int32_t sample(const float* logits, int64_t vocab);

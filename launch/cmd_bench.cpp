@@ -129,17 +129,17 @@ double collective_ms_per_step(Engine& engine, int64_t batch) {
 // The last decode step's graph replayed back to back (the GPU's time per
 // step without the host's work between steps), and replayed with a wait for
 // each (adding the launch and wake-up latency a step pays): 0 without graphs.
-std::pair<double, double> graph_ms_per_step(Engine& engine, int64_t batch) {
+std::pair<double, double> graph_ms_per_step(Engine& engine) {
   constexpr int kReplays = 20;
   Backend& be = engine.backend();
   be.synchronize();
   auto start = Clock::now();
-  if (!engine.group().replay_captured(batch, kReplays)) return {0.0, 0.0};
+  if (!engine.group().replay_captured(kReplays)) return {0.0, 0.0};
   be.synchronize();
   const double back_to_back = seconds_since(start) * 1e3 / kReplays;
   start = Clock::now();
   for (int i = 0; i < kReplays; ++i) {
-    engine.group().replay_captured(batch, 1);
+    engine.group().replay_captured(1);
     be.synchronize();
   }
   return {back_to_back, seconds_since(start) * 1e3 / kReplays};
@@ -152,7 +152,7 @@ nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b,
     r = GenerationRequest{
         .prompt = random_prompt(b.ctx, c.vocab_size, rng), .max_new_tokens = b.steps, .sampling = b.sampling};
   std::vector<Clock::time_point> step_done;  // when sequence 0 got each token
-  Generator gen(engine.group());
+  Generator gen(engine.group(), !b.engine.sync_steps);
   gen.generate(requests, false, [&](size_t seq, int32_t) {
     if (seq + 1 == static_cast<size_t>(batch)) step_done.push_back(Clock::now());
   });
@@ -164,7 +164,7 @@ nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b,
   const double kv_bytes = static_cast<double>(batch) * (static_cast<double>(b.ctx) + b.steps / 2.0) * 2.0 *
                           static_cast<double>(c.num_layers * c.kv_dim()) * static_cast<double>(elem);
   const double gbs = (weight_bytes(c, elem) + kv_bytes) / (step_ms * 1e-3) / 1e9;
-  const auto [graph_ms, synced_ms] = graph_ms_per_step(engine, batch);
+  const auto [graph_ms, synced_ms] = graph_ms_per_step(engine);
   return {{"batch", batch},
           {"tok_per_s", static_cast<double>(batch) * 1e3 / step_ms},
           {"ms_per_step", step_ms},
@@ -216,7 +216,7 @@ int run_bench(BenchConfig& b) {
   Engine engine(b.engine, *world().comm);
   std::mt19937 rng(1234);
   nlohmann::json report{{"model", b.engine.model_dir.string()}, {"backend", b.engine.backend},
-                        {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager}, {"pdl", !b.engine.no_pdl},
+                        {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager}, {"pdl", !b.engine.no_pdl}, {"sync_steps", b.engine.sync_steps},
                         {"ctx", b.ctx}, {"steps", b.steps}, {"copy_gb_per_s", copy_gbs},
                         {"sampling", {{"temperature", b.sampling.temperature}, {"top_k", b.sampling.top_k},
                                       {"top_p", b.sampling.top_p}}},
@@ -256,6 +256,7 @@ void add_bench_command(CLI::App& root, CommandTable& table) {
   cmd->add_option("--dtype", b->engine.dtype, "compute dtype (see generate)")->capture_default_str();
   cmd->add_flag("--eager", b->engine.eager, "no CUDA graphs");
   cmd->add_flag("--no-pdl", b->engine.no_pdl, "no programmatic dependent launch");
+  cmd->add_flag("--sync-steps", b->engine.sync_steps, "no decode step queued before the last one's tokens are in");
   cmd->add_option("--comm", b->engine.comm, "tensor-parallel transport (see generate)")->capture_default_str();
   cmd->add_option("--devices", b->engine.devices, "GPU of each local rank")->delimiter(',');
   cmd->add_option("--batch", b->batches, "comma-separated decode batch sizes")->capture_default_str();

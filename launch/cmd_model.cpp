@@ -126,7 +126,7 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   Engine engine(c.engine, *world().comm);
   if (!stop.ids.empty()) request.stop_ids = parse_id_list(stop.ids, "--stop-ids");
   else if (!stop.ignore_eos) request.stop_ids = engine.config().eos_token_ids;
-  Generator generator(engine.group());
+  Generator generator(engine.group(), !c.engine.sync_steps);
   const bool keep_logits = !c.dump_logits.empty();
   // Rank 0 streams the text as tokens arrive, holding back incomplete UTF-8.
   std::optional<StreamDecoder> stream;
@@ -171,6 +171,8 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   g->add_option("--prompt", text->prompt, "prompt text (streams text out)");
   g->add_option("--prompt-file", text->prompt_file, "file holding the prompt text");
   g->add_option("--tokenizer", text->tokenizer, "tokenizer.json (default: the model folder's)");
+  g->add_flag("--sync-steps", gen->engine.sync_steps,
+              "queue each decode step only once the last one's tokens are in (default: one step ahead)");
   g->add_option("--max-new-tokens", request->max_new_tokens, "tokens to generate")->capture_default_str();
   g->add_option("--temperature", request->sampling.temperature, "0 = greedy")->capture_default_str();
   g->add_option("--top-k", request->sampling.top_k, "0 = no limit")->capture_default_str();

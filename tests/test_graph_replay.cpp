@@ -32,13 +32,18 @@ class RecordingBackend final : public Backend {
     EXPECT_FALSE(capturing_) << "host copy inside a captured step";
     cpu_->to_host(dst, src, bytes);
   }
+  Buffer alloc_host_visible(int64_t bytes) override { return cpu_->alloc_host_visible(bytes); }
   void synchronize() override {}
+  // Counts the steps marked and not yet waited for (queued steps).
+  void record_event(int) override { max_queued = std::max(max_queued, ++queued_); }
+  void wait_event(int) override { --queued_; }
 
   void embedding(const EmbeddingParams& p) override { op([this, p] { cpu_->embedding(p); }); }
   void linear(const LinearParams& p) override { op([this, p] { cpu_->linear(p); }); }
   void attention(const AttentionParams& p) override { op([this, p] { cpu_->attention(p); }); }
   void argmax(const ArgmaxParams& p) override { op([this, p] { cpu_->argmax(p); }); }
   void sample(const SampleParams& p) override { op([this, p] { cpu_->sample(p); }); }
+  void next_tokens(const NextTokensParams& p) override { op([this, p] { cpu_->next_tokens(p); }); }
 
   bool supports_graphs() const override { return true; }
   void capture_begin() override {
@@ -56,8 +61,10 @@ class RecordingBackend final : public Backend {
   }
   int captures = 0;
   int replays = 0;
+  int max_queued = 0;
 
  private:
+  int queued_ = 0;
   template <typename F>
   void op(F f) {
     if (capturing_)
@@ -75,6 +82,7 @@ struct GenerateRun {
   std::vector<GenerationOutput> out;
   int captures = 0;
   int replays = 0;
+  int max_queued = 0;
 };
 
 class GraphReplayTest : public TempDirTest {
@@ -88,7 +96,8 @@ class GraphReplayTest : public TempDirTest {
   // Three sequences of different prompt lengths (a batch of 3 pads to the
   // bucket of 4, then 2 as they finish), greedy or sampled, keeping the
   // logits or not.
-  GenerateRun generate(bool graphs, bool keep_logits, bool sampled) {
+  GenerateRun generate(bool graphs, bool keep_logits, bool sampled, bool overlap_steps = true,
+                       const std::vector<int32_t>& stop_ids = {}) {
     const ModelConfig config = load_model_config(dir_);
     const ShardPlan plan = ShardPlan::make(config, 0, 1);
     auto comm = make_single_rank_communicator();
@@ -99,10 +108,11 @@ class GraphReplayTest : public TempDirTest {
     const RunnerLimits limits{.max_slots = 4, .max_seq = 64, .max_step_tokens = 16, .max_logit_rows = 4};
     Runner runner(config, plan, std::move(weights), *backend, limits, Diagnostics{});
     TpGroup group(*comm, runner, graphs);
-    Generator gen(group);
+    Generator gen(group, overlap_steps);
     std::vector<GenerationRequest> requests{{.prompt = {1, 2, 3}, .max_new_tokens = 9},
                                             {.prompt = {4, 5, 6, 7, 8}, .max_new_tokens = 12},
                                             {.prompt = {9}, .max_new_tokens = 5}};
+    for (auto& r : requests) r.stop_ids = stop_ids;
     if (sampled) {
       requests[0].sampling = SamplingParams{.temperature = 0.9, .top_k = 30, .seed = 5};
       requests[2].sampling = SamplingParams{.temperature = 1.2, .top_p = 0.8, .seed = 6};
@@ -112,6 +122,7 @@ class GraphReplayTest : public TempDirTest {
       auto& rec = static_cast<RecordingBackend&>(*backend);
       run.captures = rec.captures;
       run.replays = rec.replays;
+      run.max_queued = rec.max_queued;
     }
     return run;
   }
@@ -119,7 +130,7 @@ class GraphReplayTest : public TempDirTest {
 
 TEST_F(GraphReplayTest, GraphedDecodeMatchesPlainDecode) {
   for (auto [keep_logits, sampled] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
-    const GenerateRun plain = generate(false, keep_logits, sampled);
+    const GenerateRun plain = generate(false, keep_logits, sampled, false);
     const GenerateRun graphed = generate(true, keep_logits, sampled);
     ASSERT_EQ(plain.out.size(), graphed.out.size());
     for (size_t i = 0; i < plain.out.size(); ++i) {
@@ -132,7 +143,73 @@ TEST_F(GraphReplayTest, GraphedDecodeMatchesPlainDecode) {
     // every step from the second on is a replay: 3 + 3 + 2.
     EXPECT_EQ(graphed.captures, 3) << "buckets 4, 2 and 1 are each captured once";
     EXPECT_EQ(graphed.replays, 8);
+    // Without kept logits the next step is queued before the last one's tokens are taken.
+    EXPECT_EQ(graphed.max_queued, keep_logits ? 0 : 2);
   }
+}
+
+// Queued steps (a step queued before the last one's tokens reach the host,
+// its tokens fed back on the backend) choose what one step at a time
+// chooses, also when sequences end on stop ids and the queued step is
+// dropped, and with graphs replaying the fed-back steps.
+TEST_F(GraphReplayTest, QueuedStepsChooseWhatOneStepAtATimeChooses) {
+  for (bool sampled : {false, true}) {
+    const GenerateRun free_run = generate(false, false, sampled, false);
+    // Stop ids from the middle of two sequences' free runs.
+    const std::vector<int32_t> stops{free_run.out[0].tokens[4], free_run.out[1].tokens[7]};
+    for (const std::vector<int32_t>& stop_ids : {std::vector<int32_t>{}, stops}) {
+      const GenerateRun one_at_a_time = generate(false, false, sampled, false, stop_ids);
+      for (bool graphs : {false, true}) {
+        const GenerateRun queued = generate(graphs, false, sampled, true, stop_ids);
+        for (size_t i = 0; i < one_at_a_time.out.size(); ++i) {
+          EXPECT_EQ(queued.out[i].tokens, one_at_a_time.out[i].tokens)
+              << "sequence " << i << " sampled " << sampled << " graphs " << graphs << " stops " << stop_ids.size();
+          EXPECT_EQ(queued.out[i].stopped, one_at_a_time.out[i].stopped) << "sequence " << i;
+        }
+        if (graphs) {
+          EXPECT_EQ(queued.max_queued, 2);
+        }
+      }
+      if (!stop_ids.empty()) {
+        EXPECT_TRUE(one_at_a_time.out[0].stopped || one_at_a_time.out[1].stopped);
+      }
+    }
+  }
+}
+
+// A fed-back step past the context's end is refused on the host before it
+// is queued, with the position and the context length named.
+TEST_F(GraphReplayTest, QueuedStepPastTheContextIsRefused) {
+  const ModelConfig config = load_model_config(dir_);
+  const ShardPlan plan = ShardPlan::make(config, 0, 1);
+  auto comm = make_single_rank_communicator();
+  TensorStore store(dir_);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  ModelWeights weights = load_weights(store, config, plan, *comm, *backend, nullptr);
+  const RunnerLimits limits{.max_slots = 2, .max_seq = 8, .max_step_tokens = 8, .max_logit_rows = 2};
+  Runner runner(config, plan, std::move(weights), *backend, limits, Diagnostics{});
+  TpGroup group(*comm, runner, false);
+  BatchDesc b;
+  b.add(3, 0, 6, true);
+  b.add(4, 1, 2, true);
+  group.enqueue(b, TpGroup::Choice::kGreedy);
+  ASSERT_TRUE(group.can_enqueue_next());
+  group.enqueue_next({});  // positions 7 and 3
+  group.take_chosen();
+  group.take_chosen();
+  try {
+    group.enqueue_next({});
+    ADD_FAILURE() << "a step at position 8 of 8 was queued";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("position 8 is beyond the context length 8"), std::string::npos) << e.what();
+  }
+  // A prompt chunk (two tokens of one sequence) does not feed back.
+  BatchDesc chunk;
+  chunk.add(3, 0, 0, true);
+  chunk.add(4, 0, 1, true);
+  group.enqueue(chunk, TpGroup::Choice::kGreedy);
+  group.take_chosen();
+  EXPECT_FALSE(group.can_enqueue_next());
 }
 
 // AttentionParams::no_lower_writes, which a captured step bakes in and the

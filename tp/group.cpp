@@ -43,70 +43,81 @@ void TpGroup::all_reduce(Runner::Span span) {
 }
 
 const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
-  step(batch);
+  step(batch, Choice::kLogits);
   gather_logits();
   return logits_;
 }
 
-// Greedy without the logits: each rank's best (value, column) per row is
-// gathered in backend memory and copied to the host once; the lowest-ranked
-// (lowest id) maximum wins, so every rank picks the same token.
 const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
-  step(batch);
-  runner_.argmax();
-  const int64_t rows = runner_.batch_logit_rows();
-  const Runner::Span result = runner_.argmax_result();  // [values | columns], 4-byte elements
-  const void* gathered = all_gather_in_backend(result.data, runner_.argmax_gathered(), result.count, DType::kF32);
-  argmax_host_.resize(static_cast<size_t>(result.count * comm_.size()) * 4);
-  comm_.wait_begins("the decode step's collectives");
-  runner_.backend().to_host(argmax_host_.data(), gathered, static_cast<int64_t>(argmax_host_.size()));
-  comm_.wait_ends();
-  const int64_t vl = runner_.plan().vocab_local;
-  greedy_ids_.assign(static_cast<size_t>(rows), 0);
-  for (int64_t row = 0; row < rows; ++row) {
-    bool found = false;
-    float best = 0.0f;
-    for (int r = 0; r < comm_.size(); ++r) {  // ranks in vocabulary order: ties keep the lower id
-      if (r * vl >= vocab_size()) break;       // a share of padding only
-      float value;
-      int32_t column;
-      const uint8_t* block = argmax_host_.data() + static_cast<size_t>(r * result.count) * 4;
-      std::memcpy(&value, block + static_cast<size_t>(row) * 4, 4);
-      std::memcpy(&column, block + static_cast<size_t>(rows + row) * 4, 4);
-      if (!found || value > best) {
-        best = value;
-        greedy_ids_[static_cast<size_t>(row)] = static_cast<int32_t>(r * vl + column);
-        found = true;
-      }
-    }
-  }
-  greedy_ids_.resize(batch.logit_rows.size());  // rows past the batch's own pad it to its bucket
-  return greedy_ids_;
+  enqueue(batch, Choice::kGreedy);
+  return take_chosen();
 }
 
 const std::vector<int32_t>& TpGroup::forward_sample(const BatchDesc& batch) {
-  LS_REQUIRE(batch.sample_rows.size() == batch.logit_rows.size(), ErrorKind::kInternal,
-             "forward_sample: {} sampling settings for {} logit rows", batch.sample_rows.size(),
-             batch.logit_rows.size());
-  step(batch);
-  sampled_ids_.clear();
-  if (batch.logit_rows.empty()) return sampled_ids_;  // a prefill chunk that chooses nothing
-  const Runner::Span local = runner_.logits_local();
-  runner_.sample(all_gather_in_backend(local.data, runner_.logits_gathered(), local.count,
-                                       runner_.backend().act_dtype()));
-  sampled_ids_.resize(static_cast<size_t>(runner_.batch_logit_rows()));
-  comm_.wait_begins("the decode step's collectives");
-  runner_.backend().to_host(sampled_ids_.data(), runner_.sampled_ids(), static_cast<int64_t>(sampled_ids_.size()) * 4);
-  comm_.wait_ends();
-  sampled_ids_.resize(batch.logit_rows.size());  // rows past the batch's own pad it to its bucket
-  return sampled_ids_;
+  enqueue(batch, Choice::kSample);
+  return take_chosen();
 }
 
-void TpGroup::step(const BatchDesc& batch) {
+void TpGroup::enqueue(const BatchDesc& batch, Choice choice) {
+  LS_REQUIRE(choice != Choice::kLogits, ErrorKind::kInternal, "enqueue: a step that returns logits is not queued");
+  LS_REQUIRE(queued_.size() < Backend::kEvents, ErrorKind::kInternal, "enqueue: {} steps already queued",
+             queued_.size());
+  LS_REQUIRE(choice != Choice::kSample || batch.sample_rows.size() == batch.logit_rows.size(), ErrorKind::kInternal,
+             "enqueue: {} sampling settings for {} logit rows", batch.sample_rows.size(), batch.logit_rows.size());
+  step(batch, choice);
+  queue_chosen(static_cast<int64_t>(batch.logit_rows.size()));
+}
+
+bool TpGroup::can_enqueue_next() const {
+  return choice_ != Choice::kLogits && !batch_stale_ && runner_.batch_feeds_back() && runner_.batch_logit_rows() > 0;
+}
+
+void TpGroup::enqueue_next(std::vector<SampleRow> sample_rows) {
+  LS_REQUIRE(can_enqueue_next(), ErrorKind::kInternal, "enqueue_next: the last step does not feed back its tokens");
+  LS_REQUIRE(queued_.size() < Backend::kEvents, ErrorKind::kInternal, "enqueue_next: {} steps already queued",
+             queued_.size());
+  const auto own_rows = static_cast<int64_t>(sample_rows.size());
+  LS_REQUIRE(own_rows == (choice_ == Choice::kSample ? last_rows_ : 0), ErrorKind::kInternal,
+             "enqueue_next: {} sampling settings for {} rows of a {} step", own_rows, last_rows_,
+             choice_ == Choice::kSample ? "sampled" : "greedy");
+  if (choice_ == Choice::kSample)
+    sample_rows.resize(static_cast<size_t>(runner_.batch_logit_rows()));  // padding rows: greedy
+  runner_.advance_batch(sample_rows);
+  execute(key_);
+  queue_chosen(last_rows_);
+}
+
+void TpGroup::queue_chosen(int64_t rows) {
+  Queued q{.published = -1, .rows = rows};
+  if (runner_.batch_logit_rows() > 0) {
+    q.published = published_++;
+    runner_.backend().record_event(static_cast<int>(q.published % Backend::kEvents));
+  }
+  queued_.push_back(q);
+  last_rows_ = rows;
+}
+
+const std::vector<int32_t>& TpGroup::take_chosen() {
+  LS_REQUIRE(!queued_.empty(), ErrorKind::kInternal, "take_chosen: no step is queued");
+  const Queued q = queued_.front();
+  queued_.erase(queued_.begin());
+  chosen_.clear();
+  if (q.published < 0) return chosen_;
+  comm_.wait_begins("the decode step's collectives");
+  runner_.backend().wait_event(static_cast<int>(q.published % Backend::kEvents));
+  comm_.wait_ends();
+  const int32_t* ids = runner_.published_ids(q.published);
+  chosen_.assign(ids, ids + q.rows);
+  return chosen_;
+}
+
+void TpGroup::step(const BatchDesc& batch, Choice choice) {
+  choice_ = choice;
+  batch_stale_ = false;
   const int64_t bucket = bucket_for(batch);
   if (bucket == 0) {
     runner_.set_batch(batch);
-    run_step();
+    key_ = -1;
   } else {
     padded_ = batch;
     LS_CHECK(padded_.size() == bucket || runner_.has_padding_slot());
@@ -115,31 +126,39 @@ void TpGroup::step(const BatchDesc& batch) {
     runner_.set_batch(padded_);
     // A step bakes in its batch's no-lower-writes property (a decode batch
     // has it, a chunk of one prompt does not): one graph for each.
-    const int64_t key = graph_key(bucket, runner_.batch_no_lower_writes());
-    const int steps = bucket_steps_[key]++;
-    if (!graphs_ || steps == 0) {
-      run_step();
-    } else {
-      if (steps == 1) {
-        runner_.backend().capture_begin();
-        run_step();
-        runner_.backend().capture_end(key);
-      }
-      runner_.backend().replay(key);
-    }
+    key_ = graph_key(bucket, runner_.batch_no_lower_writes(), choice);
   }
+  execute(key_);
 }
 
-bool TpGroup::replay_captured(int64_t batch_size, int times) {
-  const auto bucket = std::find_if(buckets_.begin(), buckets_.end(), [&](int64_t b) { return batch_size <= b; });
-  if (!graphs_ || bucket == buckets_.end()) return false;
-  const int64_t key = graph_key(*bucket, runner_.batch_no_lower_writes());
-  if (bucket_steps_[key] < 2) return false;
-  for (int i = 0; i < times; ++i) runner_.backend().replay(key);
+void TpGroup::execute(int64_t key) {
+  if (key < 0) {
+    run_step(choice_);
+    return;
+  }
+  const int steps = bucket_steps_[key]++;
+  if (!graphs_ || steps == 0) {
+    run_step(choice_);
+    return;
+  }
+  if (steps == 1) {
+    runner_.backend().capture_begin();
+    run_step(choice_);
+    runner_.backend().capture_end(key);
+  }
+  runner_.backend().replay(key);
+}
+
+bool TpGroup::replay_captured(int times) {
+  LS_REQUIRE(queued_.empty(), ErrorKind::kInternal, "replay_captured: {} steps still queued", queued_.size());
+  if (!graphs_ || key_ < 0 || bucket_steps_[key_] < 2) return false;
+  for (int i = 0; i < times; ++i) runner_.backend().replay(key_);
+  if (choice_ != Choice::kLogits && runner_.batch_logit_rows() > 0) published_ += times;
+  batch_stale_ = true;
   return true;
 }
 
-void TpGroup::run_step() {
+void TpGroup::run_step(Choice choice) {
   runner_.embed();
   all_reduce(runner_.embedding_partial());
   const bool timing = runner_.diagnostics().timing || runner_.diagnostics().numerics;
@@ -159,6 +178,17 @@ void TpGroup::run_step() {
     }
   }
   runner_.lm_head();
+  if (choice == Choice::kGreedy) {
+    runner_.argmax();
+    const Runner::Span candidates = runner_.argmax_result();
+    runner_.next_tokens(
+        all_gather_in_backend(candidates.data, runner_.argmax_gathered(), candidates.count, DType::kF32));
+  } else if (choice == Choice::kSample) {
+    const Runner::Span local = runner_.logits_local();
+    runner_.sample(all_gather_in_backend(local.data, runner_.logits_gathered(), local.count,
+                                         runner_.backend().act_dtype()));
+    runner_.next_tokens(nullptr);
+  }
 }
 
 // Each rank holds [rows, vocab_local] of the padded vocabulary. The
