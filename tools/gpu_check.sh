@@ -105,9 +105,9 @@ M=/tmp/small_model
 if want e2e; then
 "$L" make-model --preset small --out "$M" > "$OUT/make_model.log" 2>&1 || note "make-model FAILED"
 PROMPT=1,20,300,4000,5,60,700,8000
-for cfg in "cpu auto" "cuda auto" "cuda float32" "cuda auto --eager"; do
+for cfg in "cpu auto" "cuda auto" "cuda float32" "cuda auto --eager" "cuda auto --sync-steps"; do
   set -- $cfg
-  name=$1_$2${3:+_eager}
+  name=$1_$2${3:+_${3#--}}
   "$L" generate --model "$M" --backend "$1" --dtype "$2" ${3:-} --max-seq-len 256 --prompt-ids $PROMPT \
     --max-new-tokens 64 --stop-ids 0 > "$OUT/gen_$name.txt" 2> "$OUT/gen_$name.log"
   note "generate $name rc=$? $(grep -o 'loaded in .*' "$OUT/gen_$name.log")"
@@ -137,6 +137,8 @@ print(f"== sampled float32 cuda vs cpu: first {same} of {len(ref)} ids agree")
 eager = open(f"{out}/gen_cuda_auto_eager.txt").read().split()
 graphed = open(f"{out}/gen_cuda_auto.txt").read().split()
 print(f"== greedy cuda graphed vs eager: {'identical' if eager == graphed else 'DIFFERENT'} ({len(graphed)} ids)")
+synced = open(f"{out}/gen_cuda_auto_sync-steps.txt").read().split()
+print(f"== greedy cuda queued vs --sync-steps: {'identical' if synced == graphed else 'DIFFERENT'} ({len(graphed)} ids)")
 PY
 SCORE=$(python3 -c "import random; random.seed(3); print(','.join(str(random.randrange(16384)) for _ in range(200)))")
 for cfg in "cpu auto" "cuda auto" "cuda float32"; do
