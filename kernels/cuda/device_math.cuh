@@ -107,15 +107,6 @@ __device__ __forceinline__ void start_after_producers() {
   allow_consumers_launch();
 }
 
-// Asks L2 to fetch `bytes` bytes at p (both multiples of 16) without
-// waiting for them: one instruction for a whole range (sm_90's bulk copy
-// engine); a no-op before sm_90.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace lockstep::cuda

@@ -202,32 +202,11 @@ __device__ void gemv_rope_out(const GemvArgs<T>& a, int64_t o, const float (&acc
   dst[0] = r1, dst[half] = r2;
 }
 
-// Bytes of each warp's weights after its first round that it asks L2 for
-// before the wait. A GEMV's blocks are scheduled while the kernel before it
-// runs (check.h): at most 4 blocks of 8 warps on each of 132 SMs, so this
-// keeps up to 17 MB in L2 beside the 17 MB of first rounds in registers,
-// within the 50 MB L2. That covers whole rows of 4096 columns (qkv, o_proj):
-// the latency-bound attention before o_proj leaves the memory idle for
-// microseconds, long enough to bring in the whole 33 MB matrix.
-constexpr uint32_t kGemvPrefetchBytes = 4096;
-
-// Starts the L2 prefetch of the weights after the first round (from
-// `begin`), up to kGemvPrefetchBytes per warp.
-template <typename T, int M>
-__device__ void gemv_prefetch(const T* const (&rows)[M], int64_t begin, int64_t in) {
-  if (threadIdx.x % 32 != 0 || begin >= in) return;
-  const auto bytes = static_cast<uint32_t>(
-      std::min<int64_t>((in - begin) * static_cast<int64_t>(sizeof(T)), kGemvPrefetchBytes / M) / 16 * 16);
-  if (bytes == 0) return;
-#pragma unroll
-  for (int m = 0; m < M; ++m) prefetch_l2(rows[m] + begin, bytes);
-}
-
 // y[r, o] = x[r, :]·W[o, :] (+ bias[o]) for r < R, warp by warp (see
 // gemv_feature; with SiLU·mul, features o and o + inter). The warp loads its
-// first round of weights, and asks L2 for the next ones, before it waits for
-// the kernel that produces x: no kernel writes weights, and so the weight
-// stream starts while the previous kernel finishes.
+// first round of weights before it waits for the kernel that produces x: no
+// kernel writes weights, and so the weight stream starts while the previous
+// kernel finishes.
 template <typename T, int R, GemvOut E>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
   constexpr int M = E == GemvOut::kSiluMul ? 2 : 1;
@@ -242,7 +221,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
   Round round;
   const bool first_whole = Round::whole(c, a.in);
   if (first_whole) round.load(w, c);
-  gemv_prefetch<T, M>(w, first_whole ? Round::kElems : 0, a.in);
   start_after_producers();
   if (first_whole) {
     round.hold();
