@@ -260,7 +260,7 @@ TEST_F(CudaOpTest, LinearStagesMatchCpu) {
 
 struct RopeStageCase {
   int64_t in, heads, kv_heads, head_dim;
-  bool bias, qk_norm;
+  bool bias, qk_norm, input_norm;
 };
 
 // The QKV product with its q/k norm + RoPE + KV append stage: fused into the
@@ -270,9 +270,9 @@ struct RopeStageCase {
 TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
   std::mt19937 rng(10);
   cuda::LinearContext ctx;
-  const std::vector<RopeStageCase> cases{{256, 4, 2, 128, false, false}, {136, 5, 1, 64, true, false},
-                                         {64, 3, 3, 72, false, false},   {128, 4, 2, 36, true, false},
-                                         {256, 4, 2, 128, false, true}};
+  const std::vector<RopeStageCase> cases{{256, 4, 2, 128, false, false, true}, {136, 5, 1, 64, true, false, false},
+                                         {64, 3, 3, 72, false, false, true},   {128, 4, 2, 36, true, false, true},
+                                         {256, 4, 2, 128, false, true, true},  {256, 4, 2, 128, false, false, false}};
   const RopeConfig rope{.type = RopeType::kLlama3, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
                         .high_freq_factor = 4.0, .original_max_position = 8192};
   for (DType dt : all_dtypes())
@@ -289,10 +289,19 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
         for (int64_t t = 0; t < rows; ++t)
           slots[t] = static_cast<int32_t>(t % 4), pos[t] = static_cast<int32_t>(2999 - 411 * t);
+        // The input norm with the residual add (the QKV product of a layer after the first).
+        std::vector<float> res = random_values(rows * rc.in, dt, rng, 4.0f), nw = random_values(rc.in, dt, rng);
+        std::vector<float> res_out(res.size()), normed(x.size());
         DeviceArray d_x(x, dt), d_w(w, dt), d_b(b, dt), d_y(rows * out, dt), d_pos(pos), d_slots(slots),
-            d_freq(inv_freq, DType::kF32), d_qn(qn, dt), d_kn(kn, dt), d_k(k, dt), d_v(v, dt);
-        LinearParams p{.x = d_x.get(), .weight = d_w.get(), .bias = rc.bias ? d_b.get() : nullptr, .y = d_y.get(),
-                       .rows = rows, .in_features = rc.in, .out_features = out, .act_dtype = dt, .weight_dtype = dt};
+            d_freq(inv_freq, DType::kF32), d_qn(qn, dt), d_kn(kn, dt), d_k(k, dt), d_v(v, dt), d_res(res, dt),
+            d_nw(nw, dt), d_res_out(rows * rc.in, dt), d_normed(rows * rc.in, dt);
+        LinearParams p{.x = rc.input_norm ? d_normed.get() : d_x.get(), .weight = d_w.get(),
+                       .bias = rc.bias ? d_b.get() : nullptr, .y = d_y.get(), .rows = rows, .in_features = rc.in,
+                       .out_features = out, .act_dtype = dt, .weight_dtype = dt};
+        if (rc.input_norm)
+          p.input_norm = RmsNormParams{.x = d_x.get(), .residual = d_res.get(), .residual_out = d_res_out.get(),
+                                       .weight = d_nw.get(), .out = d_normed.get(), .rows = rows, .cols = rc.in,
+                                       .eps = 1e-5f, .dtype = dt};
         p.qk_norm_rope = QkNormRopeParams{
             .qkv = d_y.get(), .positions = d_pos.ints(), .inv_freq = static_cast<float*>(d_freq.get()),
             .q_norm_weight = rc.qk_norm ? d_qn.get() : nullptr, .k_norm_weight = rc.qk_norm ? d_kn.get() : nullptr,
@@ -304,8 +313,12 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         cuda::linear(p, ctx, stream_);
         sync();
         LinearParams c = p;
-        c.x = x.data(), c.weight = w.data(), c.bias = rc.bias ? b.data() : nullptr, c.y = y.data();
-        c.act_dtype = c.weight_dtype = DType::kF32;
+        c.x = rc.input_norm ? normed.data() : x.data(), c.weight = w.data(), c.bias = rc.bias ? b.data() : nullptr;
+        c.y = y.data(), c.act_dtype = c.weight_dtype = DType::kF32;
+        if (rc.input_norm) {
+          c.input_norm->x = x.data(), c.input_norm->residual = res.data(), c.input_norm->residual_out = res_out.data();
+          c.input_norm->weight = nw.data(), c.input_norm->out = normed.data(), c.input_norm->dtype = DType::kF32;
+        }
         QkNormRopeParams& r = *c.qk_norm_rope;
         r.qkv = y.data(), r.positions = pos.data(), r.inv_freq = inv_freq.data(), r.dtype = DType::kF32;
         r.q_norm_weight = rc.qk_norm ? qn.data() : nullptr, r.k_norm_weight = rc.qk_norm ? kn.data() : nullptr;
@@ -313,8 +326,10 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         r.kv_append->slots = slots.data(), r.kv_append->positions = pos.data(), r.kv_append->dtype = DType::kF32;
         cpu::linear(c);
         const std::string what = "linear+rope " + label(rows, rc.in) + " hd=" + std::to_string(rc.head_dim) +
-                                 (rc.bias ? " bias" : "") + (rc.qk_norm ? " qk_norm" : "");
+                                 (rc.bias ? " bias" : "") + (rc.qk_norm ? " qk_norm" : "") +
+                                 (rc.input_norm ? " input_norm" : "");
         expect_close(d_y.download(), y, dt, what + " qkv");
+        if (rc.input_norm) expect_close(d_res_out.download(), res_out, dt, what + " residual");
         expect_close(d_k.download(), k, dt, what + " K");
         expect_close(d_v.download(), v, dt, what + " V");
       }
