@@ -8,8 +8,7 @@
 // another (every other path, the CPU reference included) with the same
 // result:
 //   input_norm: x is the output of an RMSNorm (fused residual add included),
-//     computed first from its own params (input_norm->out must be x); a
-//     fused kernel writes only the norm's residual_out and leaves x unwritten;
+//     computed first from its own params (input_norm->out must be x);
 //   silu_mul: the product's [rows, 2·inter] output (y, laid out [gate | up])
 //     goes through SiLU·mul into silu_mul->out;
 //   qk_norm_rope: the product's output is the fused QKV rows, which go

@@ -12,17 +12,11 @@
 // append (models without q/k norm): a block computes four rotation pairs
 // (features i and i + head_dim/2 of a head) in its eight warps, rotates the
 // rounded values as the rope kernel does and writes them to y and the
-// cache, which saves the rope kernel at batch 1-2. And the input norm: every
-// warp reads all of its rows' input anyway, so it reads the norm's input
-// instead (x + residual, rounded), multiplies it by the norm weight, sums
-// its squares on the way and scales its dot product by rsqrt(mean + eps) at
-// the end; block 0 writes the residual sum. That saves the norm kernel, a
-// chain of latencies at decode, with no barrier in the GEMV (staging the
-// normed input in every block behind a barrier was measured slower than the
-// norm kernel: H200, llama3-8b shapes, gate_up 69.7 us staged against 62.0
-// plain, lm_head 297.6 against 249.4; benchmarks/NOTES.md). The normed input
-// is not rounded to the storage type before the product, as the unfused
-// path rounds it: a difference of rounding, not of result.
+// cache, which saves the rope kernel at batch 1-2. The input norm runs as its
+// own kernel before the product. Staging the normed input in every block
+// of the GEMV grid was measured slower than that kernel (H200, llama3-8b
+// shapes: gate_up 69.7 us staged against 62.0 us plain, lm_head 297.6 against
+// 249.4; benchmarks/NOTES.md).
 //
 // cuBLASLt in column-major terms: W [out, in] row-major is an [in, out]
 // column-major matrix, so with A = W (transposed), B = x ([in, rows],
@@ -64,23 +58,10 @@ struct GemvRope {
   int num_kv_heads;
 };
 
-// The input norm in the GEMV (norm_weight set): x is the norm's input
-// (rows contiguous), summed with residual and rounded when residual is set
-// (block 0 writes that sum to residual_out); the dots take x ⊙ norm_weight
-// and are scaled by rsqrt(mean(x²) + eps) at the end.
-template <typename T>
-struct GemvNorm {
-  const T* weight;
-  const T* residual;
-  T* residual_out;
-  float eps;
-};
-
 template <typename T>
 struct GemvArgs {
   const T* x;
   int64_t x_stride;
-  GemvNorm<T> norm;
   const T* w;
   const T* bias;
   T* y;
@@ -91,10 +72,6 @@ struct GemvArgs {
   int64_t inter;
   GemvRope<T> rope;
 };
-
-template <typename T, int M, int R, bool kNorm, typename W>
-__device__ void apply_vector(const GemvArgs<T>& a, const W& w, int u, int64_t c, float (&acc)[M][R],
-                             float (&sq)[R]);
 
 // One warp's dot products acc[m][r] = x[r, :]·w_m[:] for M weight rows read
 // together, the lanes striding over `in`. Each round has 4 KB of
@@ -132,82 +109,44 @@ struct GemvRound {
       }
   }
 
-  template <int R, bool kNorm>
-  __device__ void apply(const GemvArgs<T>& a, int64_t c, float (&acc)[M][R], float (&sq)[R]) const {
+  template <int R>
+  __device__ void apply(const T* x, int64_t x_stride, int64_t c, float (&acc)[M][R]) const {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) apply_vector<T, M, R, kNorm>(a, w, u, c + u * 32 * N, acc, sq);
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        Vec<T, N> xv;
+        xv.load(x + r * x_stride + c + u * 32 * N);
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+          for (int e = 0; e < N; ++e) acc[m][r] += w[m][u].get(e) * xv.get(e);
+      }
   }
 };
 
-// Row r's input vector at column c: x, or with the norm stage its input
-// (x + residual, rounded as the norm's residual_out).
-template <typename T, bool kNorm>
-__device__ Vec<T, kVec16<T>> gemv_input(const GemvArgs<T>& a, int r, int64_t c) {
-  Vec<T, kVec16<T>> xv;
-  xv.load(a.x + r * a.x_stride + c);
-  if (kNorm && a.norm.residual != nullptr) {
-    Vec<T, kVec16<T>> rv;
-    rv.load(a.norm.residual + r * a.x_stride + c);
-#pragma unroll
-    for (int e = 0; e < kVec16<T>; ++e) xv.set(e, xv.get(e) + rv.get(e));
-  }
-  return xv;
-}
-
-// Weight vectors w[m][u] (column c) against every row's input vector; with
-// the norm stage, the input times the norm weight, and its squares summed.
-template <typename T, int M, int R, bool kNorm, typename W>
-__device__ void apply_vector(const GemvArgs<T>& a, const W& w, int u, int64_t c, float (&acc)[M][R],
-                             float (&sq)[R]) {
+// The columns after the whole rounds, one vector per lane at a time, and
+// the sums over the warp.
+template <typename T, int R, int M>
+__device__ void finish_dots(const T* x, int64_t x_stride, const T* const (&w)[M], int64_t c, int64_t in,
+                            float (&acc)[M][R]) {
   constexpr int N = kVec16<T>;
-  Vec<T, N> g;
-  if constexpr (kNorm) g.load(a.norm.weight + c);
+  for (; c < in; c += 32 * N)
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const Vec<T, N> xv = gemv_input<T, kNorm>(a, r, c);
-    float x[N];
+    for (int r = 0; r < R; ++r) {
+      Vec<T, N> xv;
+      xv.load(x + r * x_stride + c);
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      x[e] = xv.get(e);
-      if constexpr (kNorm) sq[r] += x[e] * x[e], x[e] *= g.get(e);
+      for (int m = 0; m < M; ++m) {
+        const Vec<T, N> wv = load_streaming(w[m] + c);
+#pragma unroll
+        for (int e = 0; e < N; ++e) acc[m][r] += wv.get(e) * xv.get(e);
+      }
     }
 #pragma unroll
-    for (int m = 0; m < M; ++m)
+  for (int m = 0; m < M; ++m)
 #pragma unroll
-      for (int e = 0; e < N; ++e) acc[m][r] += w[m][u].get(e) * x[e];
-  }
-}
-
-// The columns after the whole rounds, one vector per lane at a time, the
-// sums over the warp and, with the norm stage, the scaling by each row's
-// rsqrt(mean(x²) + eps).
-template <typename T, int R, int M, bool kNorm>
-__device__ void finish_dots(const GemvArgs<T>& a, const T* const (&w)[M], int64_t c, float (&acc)[M][R],
-                            float (&sq)[R]) {
-  constexpr int N = kVec16<T>;
-  for (; c < a.in; c += 32 * N) {
-    Vec<T, N> wv[M][1];
-#pragma unroll
-    for (int m = 0; m < M; ++m) wv[m][0] = load_streaming(w[m] + c);
-    apply_vector<T, M, R, kNorm>(a, wv, 0, c, acc, sq);
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const float scale = kNorm ? rsqrtf(warp_sum(sq[r]) / static_cast<float>(a.in) + a.norm.eps) : 1.0f;
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[m][r] = warp_sum(acc[m][r]) * scale;
-  }
-}
-
-// Block 0 of a GEMV with the norm stage writes the norm's residual_out (the
-// rounded x + residual), which every block reads only in its old form.
-template <typename T, int R>
-__device__ void gemv_residual_out(const GemvArgs<T>& a) {
-  constexpr int N = kVec16<T>;
-  if (blockIdx.x != 0 || a.norm.residual == nullptr) return;
-  for (int r = 0; r < R; ++r)
-    for (int64_t c = static_cast<int64_t>(threadIdx.x) * N; c < a.in; c += static_cast<int64_t>(blockDim.x) * N)
-      gemv_input<T, true>(a, r, c).store(a.norm.residual_out + r * a.x_stride + c);
+    for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
 }
 
 // The output feature of this warp: o = b·kGemvWarps + w for warp w of
@@ -268,33 +207,31 @@ __device__ void gemv_rope_out(const GemvArgs<T>& a, int64_t o, const float (&acc
 // first round of weights before it waits for the kernel that produces x: no
 // kernel writes weights, and so the weight stream starts while the previous
 // kernel finishes.
-template <typename T, int R, GemvOut E, bool kNorm>
+template <typename T, int R, GemvOut E>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
   constexpr int M = E == GemvOut::kSiluMul ? 2 : 1;
   using Round = GemvRound<T, M>;
   const int64_t o = gemv_feature<T, E>(a);
-  const bool active = o < (E == GemvOut::kSiluMul ? a.inter : a.out);  // always with RoPE: its grid is exact
+  if (o >= (E == GemvOut::kSiluMul ? a.inter : a.out)) return;  // never with RoPE: its grid is exact
   const T* w[M];
 #pragma unroll
-  for (int m = 0; m < M; ++m) w[m] = a.w + (active ? o + m * a.inter : 0) * a.in;
-  float acc[M][R] = {}, sq[R] = {};
+  for (int m = 0; m < M; ++m) w[m] = a.w + (o + m * a.inter) * a.in;
+  float acc[M][R] = {};
   int64_t c = static_cast<int64_t>(threadIdx.x % 32) * Round::N;
   Round round;
-  const bool first_whole = active && Round::whole(c, a.in);
+  const bool first_whole = Round::whole(c, a.in);
   if (first_whole) round.load(w, c);
   start_after_producers();
-  if constexpr (kNorm) gemv_residual_out<T, R>(a);
-  if (!active) return;
   if (first_whole) {
     round.hold();
-    round.template apply<R, kNorm>(a, c, acc, sq);
+    round.apply(a.x, a.x_stride, c, acc);
     c += Round::kElems;
   }
   for (; Round::whole(c, a.in); c += Round::kElems) {
     round.load(w, c);
-    round.template apply<R, kNorm>(a, c, acc, sq);
+    round.apply(a.x, a.x_stride, c, acc);
   }
-  finish_dots<T, R, M, kNorm>(a, w, c, acc, sq);
+  finish_dots<T, R, M>(a.x, a.x_stride, w, c, a.in, acc);
   if constexpr (E == GemvOut::kRope) {
     gemv_rope_out<T, R>(a, o, acc);
   } else {
@@ -353,34 +290,12 @@ GemvRope<T> gemv_rope(const QkNormRopeParams& r) {
   return g;
 }
 
-// The input norm goes into the GEMV when its vectors are 16-byte aligned
-// (its rows are contiguous, and the op's checks keep residual_out apart from
-// what every block reads).
-bool norm_fits_gemv(const LinearParams& p) {
-  const RmsNormParams& n = *p.input_norm;
-  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  return aligned(n.x) && aligned(n.weight) && (n.residual == nullptr || (aligned(n.residual) && aligned(n.residual_out)));
-}
-
-template <typename T>
-GemvNorm<T> gemv_norm(const LinearParams& p) {
-  if (!p.input_norm) return GemvNorm<T>{};
-  const RmsNormParams& n = *p.input_norm;
-  return GemvNorm<T>{.weight = static_cast<const T*>(n.weight),
-                     .residual = static_cast<const T*>(n.residual),
-                     .residual_out = static_cast<T*>(n.residual_out),
-                     .eps = n.eps};
-}
-
-// With an input norm (fused), x is the norm's input.
 template <typename T>
 void launch_gemv(const LinearParams& p, cudaStream_t stream) {
   const SiluMulParams* s = p.silu_mul ? &*p.silu_mul : nullptr;
   const bool rope = p.qk_norm_rope.has_value();
-  const bool norm = p.input_norm.has_value();
-  const GemvArgs<T> args{.x = static_cast<const T*>(norm ? p.input_norm->x : p.x),
+  const GemvArgs<T> args{.x = static_cast<const T*>(p.x),
                          .x_stride = p.x_row_stride(),
-                         .norm = gemv_norm<T>(p),
                          .w = static_cast<const T*>(p.weight),
                          .bias = static_cast<const T*>(p.bias),
                          .y = static_cast<T*>(p.y),
@@ -391,12 +306,8 @@ void launch_gemv(const LinearParams& p, cudaStream_t stream) {
                          .rope = rope ? gemv_rope<T>(*p.qk_norm_rope) : GemvRope<T>{}};
   const dim3 grid(static_cast<unsigned>(ceil_div(s ? s->inter : p.out_features, kGemvWarps)));
   const auto go = [&](auto rows, auto out) {
-    constexpr int R = decltype(rows)::value;
-    constexpr GemvOut E = decltype(out)::value;
-    if (norm)
-      LS_LAUNCH("gemv_kernel", (gemv_kernel<T, R, E, true>), grid, dim3(kGemvWarps * 32), 0, stream, args);
-    else
-      LS_LAUNCH("gemv_kernel", (gemv_kernel<T, R, E, false>), grid, dim3(kGemvWarps * 32), 0, stream, args);
+    LS_LAUNCH("gemv_kernel", (gemv_kernel<T, decltype(rows)::value, decltype(out)::value>), grid,
+              dim3(kGemvWarps * 32), 0, stream, args);
   };
   const auto with_out = [&](auto rows) {
     if (s)
@@ -497,11 +408,9 @@ void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {
   LS_OP_REQUIRE(p.act_dtype == p.weight_dtype, "linear", "activations ({}) and weights ({}) must share a dtype",
                 dtype_name(p.act_dtype), dtype_name(p.weight_dtype));
   if (p.rows == 0) return;
-  const bool gemv = gemv_fits(p);
-  if (p.input_norm && !(gemv && norm_fits_gemv(p))) rms_norm(*p.input_norm, stream);
-  if (gemv) {
+  if (p.input_norm) rms_norm(*p.input_norm, stream);
+  if (gemv_fits(p)) {
     LinearParams g = p;
-    if (p.input_norm && !norm_fits_gemv(p)) g.input_norm.reset();
     if (p.qk_norm_rope && !rope_fits_gemv(p)) g.qk_norm_rope.reset();
     dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(g, stream); });
     if (p.qk_norm_rope && !g.qk_norm_rope) qk_norm_rope(*p.qk_norm_rope, stream);
