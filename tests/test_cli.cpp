@@ -143,6 +143,10 @@ TEST_F(Cli, GenerationStopsAtTheEosId) {
   for (std::string id; in2 >> id;) got.push_back(id);
   size_t first = std::find(ids.begin(), ids.end(), ids[3]) - ids.begin();
   EXPECT_EQ(got, std::vector<std::string>(ids.begin(), ids.begin() + static_cast<long>(first) + 1));
+  // One step at a time (--sync-steps) stops at the same token.
+  CommandResult synced = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 8 --sync-steps --stop-ids " + ids[3]);
+  ASSERT_EQ(synced.exit_code, 0) << synced.err;
+  EXPECT_EQ(synced.out, stopped.out);
 }
 
 TEST_F(Cli, PromptSourcesAreExclusive) {
