@@ -126,6 +126,21 @@ class GraphReplayTest : public TempDirTest {
     }
     return run;
   }
+
+  // A runner on the CPU backend over the fixture's model (the fixture owns it).
+  Runner& cpu_runner(const RunnerLimits& limits) {
+    const ModelConfig config = load_model_config(dir_);
+    const ShardPlan plan = ShardPlan::make(config, 0, 1);
+    comm_ = make_single_rank_communicator();
+    backend_ = make_cpu_backend();
+    TensorStore store(dir_);
+    ModelWeights weights = load_weights(store, config, plan, *comm_, *backend_, nullptr);
+    runner_ = std::make_unique<Runner>(config, plan, std::move(weights), *backend_, limits, Diagnostics{});
+    return *runner_;
+  }
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Runner> runner_;
 };
 
 TEST_F(GraphReplayTest, GraphedDecodeMatchesPlainDecode) {
@@ -180,15 +195,8 @@ TEST_F(GraphReplayTest, QueuedStepsChooseWhatOneStepAtATimeChooses) {
 // A fed-back step past the context's end is refused on the host before it
 // is queued, with the position and the context length named.
 TEST_F(GraphReplayTest, QueuedStepPastTheContextIsRefused) {
-  const ModelConfig config = load_model_config(dir_);
-  const ShardPlan plan = ShardPlan::make(config, 0, 1);
-  auto comm = make_single_rank_communicator();
-  TensorStore store(dir_);
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  ModelWeights weights = load_weights(store, config, plan, *comm, *backend, nullptr);
-  const RunnerLimits limits{.max_slots = 2, .max_seq = 8, .max_step_tokens = 8, .max_logit_rows = 2};
-  Runner runner(config, plan, std::move(weights), *backend, limits, Diagnostics{});
-  TpGroup group(*comm, runner, false);
+  Runner& runner = cpu_runner({.max_slots = 2, .max_seq = 8, .max_step_tokens = 8, .max_logit_rows = 2});
+  TpGroup group(*comm_, runner, false);
   BatchDesc b;
   b.add(3, 0, 6, true);
   b.add(4, 1, 2, true);
@@ -216,14 +224,7 @@ TEST_F(GraphReplayTest, QueuedStepPastTheContextIsRefused) {
 // graphs are keyed by: true only when no token sits above another token of
 // its slot (decode, padding rows at position 0), false for prompt chunks.
 TEST_F(GraphReplayTest, NoLowerWritesOnlyWhenNoTokenSitsAboveAnotherOfItsSlot) {
-  const ModelConfig config = load_model_config(dir_);
-  const ShardPlan plan = ShardPlan::make(config, 0, 1);
-  auto comm = make_single_rank_communicator();
-  TensorStore store(dir_);
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  ModelWeights weights = load_weights(store, config, plan, *comm, *backend, nullptr);
-  const RunnerLimits limits{.max_slots = 4, .max_seq = 64, .max_step_tokens = 16, .max_logit_rows = 4};
-  Runner runner(config, plan, std::move(weights), *backend, limits, Diagnostics{});
+  Runner& runner = cpu_runner({.max_slots = 4, .max_seq = 64, .max_step_tokens = 16, .max_logit_rows = 4});
   struct Token {
     int32_t slot, position;
   };
