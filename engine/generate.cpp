@@ -181,6 +181,7 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
   LS_REQUIRE(static_cast<int64_t>(requests.size()) <= limits.max_slots, ErrorKind::kInvalidArgument,
              "{} sequences exceed the batch limit of {}", requests.size(), limits.max_slots);
   for (const auto& r : requests) check_request(r);
+  group_.drop_queued();
   GenerationRun run(group_, requests, keep_logits, on_token);
   run.prefill();
   run.decode(overlap_steps_);

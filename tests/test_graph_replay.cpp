@@ -218,6 +218,11 @@ TEST_F(GraphReplayTest, QueuedStepPastTheContextIsRefused) {
   group.enqueue(chunk, TpGroup::Choice::kGreedy);
   group.take_chosen();
   EXPECT_FALSE(group.can_enqueue_next());
+  // A step left queued (a caller that ended midway) does not hold up the next generate call.
+  group.enqueue(b, TpGroup::Choice::kGreedy);
+  group.enqueue_next({});
+  const std::vector<GenerationOutput> out = Generator(group).generate({{.prompt = {1, 2}, .max_new_tokens = 3}}, false);
+  EXPECT_EQ(out[0].tokens.size(), 3u);
 }
 
 // AttentionParams::no_lower_writes, which a captured step bakes in and the

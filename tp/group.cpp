@@ -111,6 +111,10 @@ const std::vector<int32_t>& TpGroup::take_chosen() {
   return chosen_;
 }
 
+void TpGroup::drop_queued() {
+  while (!queued_.empty()) take_chosen();
+}
+
 void TpGroup::step(const BatchDesc& batch, Choice choice) {
   choice_ = choice;
   batch_stale_ = false;

@@ -62,6 +62,9 @@ class TpGroup {
   // Waits for the oldest queued step; returns its tokens (the logit rows of
   // its batch, padding left out).
   const std::vector<int32_t>& take_chosen();
+  // Waits for the queued steps and forgets their tokens (a caller that
+  // stopped midway, by an exception, leaves none behind for the next).
+  void drop_queued();
 
   // Replays the graph of the last step `times` times back to back with no
   // host work between (benchmarks: the GPU's time per step on its own).
