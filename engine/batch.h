@@ -16,7 +16,7 @@ struct BatchDesc {
   std::vector<int32_t> slots;
   std::vector<int32_t> positions;
   std::vector<int32_t> logit_rows;  // indices into tokens whose logits are returned, in order
-  // One per logit row when the backend samples the step (TpGroup::forward_sample); empty otherwise.
+  // One per logit row when the backend samples the step (TpGroup::enqueue with Choice::kSample); empty otherwise.
   std::vector<SampleRow> sample_rows;
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   void add(int32_t token, int32_t slot, int32_t position, bool want_logits) {

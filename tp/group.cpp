@@ -48,16 +48,6 @@ const std::vector<float>& TpGroup::forward(const BatchDesc& batch) {
   return logits_;
 }
 
-const std::vector<int32_t>& TpGroup::forward_greedy(const BatchDesc& batch) {
-  enqueue(batch, Choice::kGreedy);
-  return take_chosen();
-}
-
-const std::vector<int32_t>& TpGroup::forward_sample(const BatchDesc& batch) {
-  enqueue(batch, Choice::kSample);
-  return take_chosen();
-}
-
 void TpGroup::enqueue(const BatchDesc& batch, Choice choice) {
   LS_REQUIRE(choice != Choice::kLogits, ErrorKind::kInternal, "enqueue: a step that returns logits is not queued");
   LS_REQUIRE(queued_.size() < Backend::kEvents, ErrorKind::kInternal, "enqueue: {} steps already queued",

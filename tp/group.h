@@ -40,14 +40,10 @@ class TpGroup {
   // the batch's sample_rows (one per logit row).
   enum class Choice { kLogits = 0, kGreedy = 1, kSample = 2 };
 
-  // The same step, then the choice where the logits are: returns the token
-  // of each logit row of the batch, identical on every rank. Only the ids
-  // cross to the host, with no copy after the step (Runner::next_tokens).
-  const std::vector<int32_t>& forward_greedy(const BatchDesc& batch);
-  const std::vector<int32_t>& forward_sample(const BatchDesc& batch);
-
-  // Queued steps: the host may queue a step before it has the tokens of the
-  // one before, so that the device never waits for the host between steps
+  // Queued steps, whose tokens are chosen where the logits are, identical
+  // on every rank; only the ids cross to the host, with no copy after the
+  // step (Runner::next_tokens). The host may queue a step before it has the
+  // tokens of the one before, so that the device never waits for the host between steps
   // (asynchronous scheduling). At most two steps are queued; take_chosen()
   // waits for the oldest and returns its tokens.
   void enqueue(const BatchDesc& batch, Choice choice);

@@ -209,6 +209,15 @@ struct StagedLinearCase {
 // The linear op with its input norm and SiLU·mul stages, fused (one or two
 // rows, the GEMV) or as separate kernels (more rows, unaligned sizes, or a
 // staged input above 48 KB), against the CPU running the stages as ops.
+// Points a linear op's input norm, copied from the GPU launch, at the host
+// buffers of the float32 CPU reference (residual null: no residual add).
+void on_host(RmsNormParams& n, std::vector<float>& x, std::vector<float>* residual, std::vector<float>* residual_out,
+             std::vector<float>& weight, std::vector<float>& out) {
+  n.x = x.data(), n.residual = residual ? residual->data() : nullptr;
+  n.residual_out = residual ? residual_out->data() : nullptr;
+  n.weight = weight.data(), n.out = out.data(), n.dtype = DType::kF32;
+}
+
 TEST_F(CudaOpTest, LinearStagesMatchCpu) {
   std::mt19937 rng(8);
   cuda::LinearContext ctx;
@@ -241,11 +250,7 @@ TEST_F(CudaOpTest, LinearStagesMatchCpu) {
         LinearParams c = p;
         c.x = lc.norm ? normed.data() : x.data(), c.weight = w.data(), c.bias = lc.bias ? b.data() : nullptr;
         c.y = y.data(), c.act_dtype = c.weight_dtype = DType::kF32;
-        if (lc.norm) {
-          c.input_norm->x = x.data(), c.input_norm->residual = lc.residual ? res.data() : nullptr;
-          c.input_norm->residual_out = lc.residual ? res_out.data() : nullptr, c.input_norm->weight = nw.data();
-          c.input_norm->out = normed.data(), c.input_norm->dtype = DType::kF32;
-        }
+        if (lc.norm) on_host(*c.input_norm, x, lc.residual ? &res : nullptr, &res_out, nw, normed);
         if (lc.silu) c.silu_mul->gate_up = y.data(), c.silu_mul->out = act.data(), c.silu_mul->dtype = DType::kF32;
         cpu::linear(c);
         const std::string what = "linear stages " + label(rows, lc.in) + " out=" + std::to_string(out) +
@@ -315,10 +320,7 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         LinearParams c = p;
         c.x = rc.input_norm ? normed.data() : x.data(), c.weight = w.data(), c.bias = rc.bias ? b.data() : nullptr;
         c.y = y.data(), c.act_dtype = c.weight_dtype = DType::kF32;
-        if (rc.input_norm) {
-          c.input_norm->x = x.data(), c.input_norm->residual = res.data(), c.input_norm->residual_out = res_out.data();
-          c.input_norm->weight = nw.data(), c.input_norm->out = normed.data(), c.input_norm->dtype = DType::kF32;
-        }
+        if (rc.input_norm) on_host(*c.input_norm, x, &res, &res_out, nw, normed);
         QkNormRopeParams& r = *c.qk_norm_rope;
         r.qkv = y.data(), r.positions = pos.data(), r.inv_freq = inv_freq.data(), r.dtype = DType::kF32;
         r.q_norm_weight = rc.qk_norm ? qn.data() : nullptr, r.k_norm_weight = rc.qk_norm ? kn.data() : nullptr;
