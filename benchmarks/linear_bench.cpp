@@ -11,7 +11,10 @@
 // "qkv+norm+rope" adds RoPE with the KV append (fused into the GEMV at 1-2
 // rows); "+qknorm" gives it q/k norm weights, which keeps the rope kernel
 // separate: the two rows' difference is what the fusion saves.
-// Run: build/linear_bench [iterations]
+// With --algos it times instead, for the plain shapes at 4-64 rows (cuBLASLt),
+// every algorithm cuBLASLt's heuristic offers (up to 16), and prints the
+// heuristic's first choice, the fastest, and the fastest's configuration.
+// Run: build/linear_bench [iterations] [--algos]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -19,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "benchmarks/cuda_bench_support.h"
@@ -59,16 +63,77 @@ void* random_device_bf16(int64_t count, std::mt19937& rng) {
   return lockstep::bench::upload_bf16(host);
 }
 
+// "id/tile/splitK/stages" of a cuBLASLt algorithm.
+std::string algo_config(const cublasLtMatmulAlgo_t& algo) {
+  const auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) {
+    int32_t v = -1;  // every attribute read here is 4 bytes
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written);
+    return v;
+  };
+  return std::to_string(get(CUBLASLT_ALGO_CONFIG_ID)) + "/" + std::to_string(get(CUBLASLT_ALGO_CONFIG_TILE_ID)) +
+         "/" + std::to_string(get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM)) + "/" +
+         std::to_string(get(CUBLASLT_ALGO_CONFIG_STAGES_ID));
+}
+
+// The heuristic's algorithms for the plain shapes at 4-64 rows, each timed
+// as the main table times the op.
+void sweep_algorithms(lockstep::cuda::LinearContext& ctx, cudaStream_t stream, int iters, double copy,
+                      std::mt19937& rng) {
+  std::printf("cuBLASLt algorithms (id/tile/splitK/stages)\n%-10s %5s %6s %10s %10s %8s %6s %s\n", "layer", "rows",
+              "algos", "first us", "best us", "%copy", "best#", "best config");
+  for (const Shape& s : kShapes) {
+    if (s.norm || s.silu || s.rope != Rope::kNone) continue;
+    const int64_t weight_bytes = 2 * s.in * s.out;
+    const int copies = static_cast<int>(std::max<int64_t>(1, ((int64_t{256} << 20) + weight_bytes - 1) / weight_bytes));
+    std::vector<void*> w;
+    for (int c = 0; c < copies; ++c) w.push_back(random_device_bf16(s.in * s.out, rng));
+    void* x = random_device_bf16(64 * s.in, rng);
+    void* y = random_device_bf16(64 * s.out, rng);
+    for (int64_t rows : {4, 8, 16, 32, 64}) {
+      lockstep::LinearParams p{.x = x, .weight = w[0], .y = y, .rows = rows, .in_features = s.in,
+                               .out_features = s.out, .act_dtype = DType::kBF16, .weight_dtype = DType::kBF16};
+      const std::vector<cublasLtMatmulAlgo_t> algos = ctx.algorithms(p, 16);
+      double first = 0.0, best = 1e30;
+      size_t best_at = 0;
+      for (size_t a = 0; a < algos.size(); ++a) {
+        ctx.set_algorithm(p, algos[a]);
+        lockstep::cuda::linear(p, ctx, stream);
+        LS_CHECK_CUDA(cudaStreamSynchronize(stream));
+        const double us = lockstep::bench::graphed_us(stream, std::max(copies, 8), iters, [&](int i) {
+          p.weight = w[static_cast<size_t>(i % copies)];
+          lockstep::cuda::linear(p, ctx, stream);
+        });
+        if (a == 0) first = us;
+        if (us < best) best = us, best_at = a;
+      }
+      ctx.set_algorithm(p, algos.front());
+      const double bytes = 2.0 * static_cast<double>(s.in * s.out + rows * (s.in + s.out));
+      std::printf("%-10s %5lld %6zu %10.2f %10.2f %8.1f %6zu %s\n", s.name, static_cast<long long>(rows),
+                  algos.size(), first, best, 100.0 * bytes / best / 1e3 / copy, best_at,
+                  algo_config(algos[best_at]).c_str());
+    }
+    for (void* c : w) cudaFree(c);
+    cudaFree(x);
+    cudaFree(y);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 50;
+  const bool algos = argc > 2 && std::string(argv[2]) == "--algos";
   cudaStream_t stream;
   LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   lockstep::cuda::LinearContext ctx;
   std::mt19937 rng(5);
   const double copy = lockstep::bench::copy_gbs(stream);
   std::printf("copy bandwidth %.0f GB/s\n", copy);
+  if (algos) {
+    sweep_algorithms(ctx, stream, iters, copy, rng);
+    return 0;
+  }
   std::printf("%-18s %5s %10s %10s %8s\n", "layer", "rows", "us", "GB/s", "%copy");
   constexpr int64_t kMaxRows = 64;
   for (const Shape& s : kShapes) {

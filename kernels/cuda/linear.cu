@@ -355,10 +355,44 @@ LinearContext::~LinearContext() {
   cublasLtDestroy(handle_);
 }
 
+LinearContext::Key LinearContext::key(const LinearParams& p) {
+  return Key{p.rows, p.in_features, p.out_features, p.x_row_stride(), static_cast<int>(p.act_dtype),
+             p.bias != nullptr, alignment(p.x), alignment(p.weight), alignment(p.y)};
+}
+
+std::vector<cublasLtMatmulAlgo_t> LinearContext::heuristic(const Plan& plan, const Key& key, int max) {
+  cublasLtMatmulPreference_t pref;
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  const uint32_t align_a = static_cast<uint32_t>(std::get<7>(key));
+  const uint32_t align_b = static_cast<uint32_t>(std::get<6>(key));
+  const uint32_t align_d = static_cast<uint32_t>(std::get<8>(key));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                       sizeof(align_a)));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                       sizeof(align_b)));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                       sizeof(align_d)));
+  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                       sizeof(align_d)));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max));
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.d, plan.d,
+                                                               pref, max, results.data(), &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  LS_REQUIRE(status == CUBLAS_STATUS_SUCCESS && found > 0, ErrorKind::kCublas,
+             "cuBLASLt has no algorithm for linear rows={} in={} out={} dtype={} ({})", std::get<0>(key),
+             std::get<1>(key), std::get<2>(key), dtype_name(static_cast<DType>(std::get<4>(key))),
+             cublasGetStatusString(status));
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found; ++i) algos.push_back(results[static_cast<size_t>(i)].algo);
+  return algos;
+}
+
 const LinearContext::Plan& LinearContext::plan(const LinearParams& p) {
-  const Key key{p.rows, p.in_features, p.out_features, p.x_row_stride(), static_cast<int>(p.act_dtype),
-                p.bias != nullptr, alignment(p.x), alignment(p.weight), alignment(p.y)};
-  auto found = plans_.find(key);
+  const Key k = key(p);
+  auto found = plans_.find(k);
   if (found != plans_.end()) return found->second;
   Plan plan;
   const cudaDataType_t type = cuda_type(p.act_dtype);
@@ -376,31 +410,17 @@ const LinearContext::Plan& LinearContext::plan(const LinearParams& p) {
   LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.a, type, in, out, static_cast<int64_t>(in)));
   LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.b, type, in, rows, p.x_row_stride()));
   LS_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&plan.d, type, out, rows, static_cast<int64_t>(out)));
-  cublasLtMatmulPreference_t pref;
-  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-  const uint32_t align_a = static_cast<uint32_t>(std::get<7>(key));
-  const uint32_t align_b = static_cast<uint32_t>(std::get<6>(key));
-  const uint32_t align_d = static_cast<uint32_t>(std::get<8>(key));
-  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                       &workspace_bytes_, sizeof(workspace_bytes_)));
-  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                       sizeof(align_a)));
-  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                       sizeof(align_b)));
-  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
-                                                       sizeof(align_d)));
-  LS_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
-                                                       sizeof(align_d)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found_count = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.d, plan.d,
-                                                               pref, 1, &result, &found_count);
-  cublasLtMatmulPreferenceDestroy(pref);
-  LS_REQUIRE(status == CUBLAS_STATUS_SUCCESS && found_count > 0, ErrorKind::kCublas,
-             "cuBLASLt has no algorithm for linear rows={} in={} out={} dtype={} ({})", p.rows, p.in_features,
-             p.out_features, dtype_name(p.act_dtype), cublasGetStatusString(status));
-  plan.algo = result.algo;
-  return plans_.emplace(key, plan).first->second;
+  plan.algo = heuristic(plan, k, 1).front();
+  return plans_.emplace(k, plan).first->second;
+}
+
+std::vector<cublasLtMatmulAlgo_t> LinearContext::algorithms(const LinearParams& p, int max) {
+  return heuristic(plan(p), key(p), max);
+}
+
+void LinearContext::set_algorithm(const LinearParams& p, const cublasLtMatmulAlgo_t& algo) {
+  plan(p);
+  plans_.at(key(p)).algo = algo;
 }
 
 void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "kernels/linear.h"
 
@@ -31,6 +32,11 @@ class LinearContext {
   // rows, in, out, x stride, dtype, bias, alignments of x, W, y (bytes).
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int, int, int>;
   const Plan& plan(const LinearParams& p);
+  // Up to `max` algorithms cuBLASLt's heuristic offers for p's product, its
+  // first choice (the plan's) first; and a way to make another one the
+  // plan's. For benchmarks/linear_bench, which times them.
+  std::vector<cublasLtMatmulAlgo_t> algorithms(const LinearParams& p, int max);
+  void set_algorithm(const LinearParams& p, const cublasLtMatmulAlgo_t& algo);
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
@@ -39,6 +45,8 @@ class LinearContext {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  static Key key(const LinearParams& p);
+  std::vector<cublasLtMatmulAlgo_t> heuristic(const Plan& plan, const Key& key, int max);
   std::map<Key, Plan> plans_;
 };
 
