@@ -71,6 +71,9 @@ struct GemvArgs {
   T* act;
   int64_t inter;
   GemvRope<T> rope;
+  // Whether the first round of weights is loaded before the wait for x's
+  // producer: not when that producer is the op's input norm (see gemv_kernel).
+  bool load_before_wait;
 };
 
 // One warp's dot products acc[m][r] = x[r, :]·w_m[:] for M weight rows read
@@ -204,9 +207,14 @@ __device__ void gemv_rope_out(const GemvArgs<T>& a, int64_t o, const float (&acc
 
 // y[r, o] = x[r, :]·W[o, :] (+ bias[o]) for r < R, warp by warp (see
 // gemv_feature; with SiLU·mul, features o and o + inter). The warp loads its
-// first round of weights before it waits for the kernel that produces x: no
+// first round of weights before it waits for the kernel that produces x (no
 // kernel writes weights, and so the weight stream starts while the previous
-// kernel finishes.
+// kernel finishes), except after the op's input norm: the norm is a chain
+// of dependent round trips to memory, and weight loads queued in front of
+// them cost it more than they save (measured on the H200, llama3-8b at batch
+// 1: 4.159 ms a step loading after the norm's end, 4.222-4.228 before;
+// benchmarks/NOTES.md). The GEMV still launches early, so its blocks are
+// resident when the norm ends.
 template <typename T, int R, GemvOut E>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
   constexpr int M = E == GemvOut::kSiluMul ? 2 : 1;
@@ -220,8 +228,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
   int64_t c = static_cast<int64_t>(threadIdx.x % 32) * Round::N;
   Round round;
   const bool first_whole = Round::whole(c, a.in);
-  if (first_whole) round.load(w, c);
+  if (first_whole && a.load_before_wait) round.load(w, c);
   start_after_producers();
+  if (first_whole && !a.load_before_wait) round.load(w, c);
   if (first_whole) {
     round.hold();
     round.apply(a.x, a.x_stride, c, acc);
@@ -303,7 +312,8 @@ void launch_gemv(const LinearParams& p, cudaStream_t stream) {
                          .out = p.out_features,
                          .act = s ? static_cast<T*>(s->out) : nullptr,
                          .inter = s ? s->inter : 0,
-                         .rope = rope ? gemv_rope<T>(*p.qk_norm_rope) : GemvRope<T>{}};
+                         .rope = rope ? gemv_rope<T>(*p.qk_norm_rope) : GemvRope<T>{},
+                         .load_before_wait = !p.input_norm.has_value()};
   const dim3 grid(static_cast<unsigned>(ceil_div(s ? s->inter : p.out_features, kGemvWarps)));
   const auto go = [&](auto rows, auto out) {
     LS_LAUNCH("gemv_kernel", (gemv_kernel<T, decltype(rows)::value, decltype(out)::value>), grid,
