@@ -1,5 +1,6 @@
 #include "engine/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <numbers>
@@ -78,9 +79,51 @@ Arch parse_architecture(const json& j) {
                            "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", name));
 }
 
+// The rope type's own keys, from `typed` (rope_parameters or rope_scaling).
+// Defaults and fallbacks follow transformers' modeling_rope_utils.py (5.17):
+// original_max_position_embeddings at the top level wins over the one in the
+// rope keys, which defaults to max_position_embeddings; yarn's factor
+// defaults to the ratio of the two; a missing or zero beta takes its default.
+void parse_rope_scaling(const json& j, const json& typed, const char* where, int64_t max_positions,
+                        RopeConfig& rope) {
+  const auto number_or = [&](const char* key, double fallback) {
+    auto it = typed.find(key);
+    return it == typed.end() || it->is_null() ? fallback : get_number(typed, key, where);
+  };
+  rope.original_max_position = get_int_or(j, "original_max_position_embeddings",
+                                          get_int_or(typed, "original_max_position_embeddings", max_positions));
+  switch (rope.type) {
+    case RopeType::kDefault:
+      return;
+    case RopeType::kLinear:
+    case RopeType::kDynamic:
+      rope.factor = get_number(typed, "factor", where);
+      return;
+    case RopeType::kLlama3:
+      rope.factor = get_number(typed, "factor", where);
+      rope.low_freq_factor = get_number(typed, "low_freq_factor", where);
+      rope.high_freq_factor = get_number(typed, "high_freq_factor", where);
+      return;
+    case RopeType::kYarn: {
+      rope.factor = number_or("factor", static_cast<double>(max_positions) /
+                                            static_cast<double>(std::max<int64_t>(rope.original_max_position, 1)));
+      const auto mscale = [&](double m) { return rope.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(rope.factor) + 1.0; };
+      const double m = number_or("mscale", 0.0), m_all = number_or("mscale_all_dim", 0.0);
+      rope.attention_factor =
+          number_or("attention_factor", m != 0.0 && m_all != 0.0 ? mscale(m) / mscale(m_all) : mscale(1.0));
+      rope.beta_fast = number_or("beta_fast", 0.0);
+      if (rope.beta_fast == 0.0) rope.beta_fast = 32.0;
+      rope.beta_slow = number_or("beta_slow", 0.0);
+      if (rope.beta_slow == 0.0) rope.beta_slow = 1.0;
+      rope.truncate = get_bool_or(typed, "truncate", true);
+      return;
+    }
+  }
+}
+
 // Classic configs put rope_theta at the top and scaling under rope_scaling;
 // transformers-5 configs put both under rope_parameters.
-RopeConfig parse_rope(const json& j) {
+RopeConfig parse_rope(const json& j, int64_t max_positions) {
   RopeConfig rope;
   const json* params = nullptr;
   if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
@@ -106,40 +149,49 @@ RopeConfig parse_rope(const json& j) {
       type = t->get<std::string>();
     }
   }
-  if (type == "default") {
-    rope.type = RopeType::kDefault;
-  } else if (type == "llama3") {
-    const char* where = params != nullptr ? " in rope_parameters" : " in rope_scaling";
-    rope.type = RopeType::kLlama3;
-    rope.factor = get_number(*typed, "factor", where);
-    rope.low_freq_factor = get_number(*typed, "low_freq_factor", where);
-    rope.high_freq_factor = get_number(*typed, "high_freq_factor", where);
-    rope.original_max_position =
-        static_cast<int64_t>(get_number(*typed, "original_max_position_embeddings", where));
-  } else {
-    config_error(fmt::format("unsupported rope type '{}' (supported: default, llama3)", type));
-  }
+  constexpr RopeType kTypes[] = {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic, RopeType::kLlama3,
+                                 RopeType::kYarn};
+  const RopeType* known = std::find_if(std::begin(kTypes), std::end(kTypes),
+                                       [&](RopeType t) { return type == rope_type_name(t); });
+  if (known == std::end(kTypes))
+    config_error(fmt::format("unsupported rope type '{}' (supported: default, linear, dynamic, llama3, yarn)", type));
+  rope.type = *known;
+  if (typed != nullptr)
+    parse_rope_scaling(j, *typed, params != nullptr ? " in rope_parameters" : " in rope_scaling", max_positions, rope);
   if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null() &&
       j["partial_rotary_factor"].get<double>() != 1.0)
     config_error("unsupported partial_rotary_factor (only 1.0)");
   return rope;
 }
 
-void check_unsupported_features(const json& j, Arch arch) {
+void check_unsupported_features(const json& j) {
   std::string act = "silu";
   if (auto it = j.find("hidden_act"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) config_error("'hidden_act' must be a string");
     act = it->get<std::string>();
   }
   if (act != "silu") config_error(fmt::format("unsupported activation '{}' (only silu)", act));
-  bool windowed_arch = arch == Arch::kQwen2 || arch == Arch::kQwen3;
-  bool window_set = j.contains("sliding_window") && !j["sliding_window"].is_null();
-  // Qwen2/Qwen3 carry a sliding_window value that only applies when
-  // use_sliding_window is true; Llama/Mistral apply it whenever it is set.
-  if (windowed_arch ? get_bool_or(j, "use_sliding_window", false) : window_set)
-    config_error(fmt::format("sliding-window attention is not supported (sliding_window = {})",
-                             window_set ? j["sliding_window"].dump() : "set"));
   if (get_bool_or(j, "mlp_bias", false)) config_error("unsupported mlp_bias = true");
+}
+
+// The window of sliding-window attention as transformers applies it (0:
+// none). Mistral windows every layer whenever sliding_window is set (its
+// class default is 4096). Qwen2 and Qwen3 window only with
+// use_sliding_window, and only the layers named "sliding_attention" in
+// layer_types, by default those from max_window_layers on. Llama has none.
+int64_t parse_sliding_window(const json& j, Arch arch, int64_t num_layers) {
+  constexpr int64_t kClassDefault = 4096;
+  if (arch == Arch::kLlama) return 0;
+  const int64_t window = get_int_or(j, "sliding_window", j.contains("sliding_window") ? 0 : kClassDefault);
+  if (window < 0) config_error(fmt::format("'sliding_window' must be positive, got {}", window));
+  if (arch == Arch::kMistral) return window;
+  if (!get_bool_or(j, "use_sliding_window", false)) return 0;
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) config_error("'layer_types' must be a list");
+    const bool any = std::any_of(it->begin(), it->end(), [](const json& t) { return t == "sliding_attention"; });
+    return any ? window : 0;
+  }
+  return get_int_or(j, "max_window_layers", 28) < num_layers ? window : 0;
 }
 
 std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
@@ -183,7 +235,7 @@ ModelConfig parse_model_config(const json& j) {
   if (!j.is_object()) config_error("top level must be a JSON object");
   ModelConfig c;
   c.arch = parse_architecture(j);
-  check_unsupported_features(j, c.arch);
+  check_unsupported_features(j);
   c.hidden_size = get_int(j, "hidden_size");
   c.intermediate_size = get_int(j, "intermediate_size");
   c.num_layers = get_int(j, "num_hidden_layers");
@@ -195,7 +247,8 @@ ModelConfig parse_model_config(const json& j) {
   c.max_position_embeddings =
       get_int_or(j, "max_position_embeddings", arch_entry(c.arch).default_max_positions);
   c.rms_norm_eps = get_number(j, "rms_norm_eps", " (the RMSNorm epsilon is always read from the config)");
-  c.rope = parse_rope(j);
+  c.rope = parse_rope(j, c.max_position_embeddings);
+  c.sliding_window = parse_sliding_window(j, c.arch, c.num_layers);
   c.tie_word_embeddings = get_bool_or(j, "tie_word_embeddings", false);
   bool attention_bias = get_bool_or(j, "attention_bias", false);
   c.qkv_bias = c.arch == Arch::kQwen2 || attention_bias;
@@ -234,23 +287,34 @@ void ModelConfig::validate() const {
   if (!(rms_norm_eps > 0.0) || !std::isfinite(rms_norm_eps))
     config_error(fmt::format("rms_norm_eps must be positive, got {}", rms_norm_eps));
   if (!(rope.theta > 0.0)) config_error(fmt::format("rope_theta must be positive, got {}", rope.theta));
+  if (rope.type != RopeType::kDefault && (!(rope.factor > 0) || !std::isfinite(rope.factor)))
+    config_error(fmt::format("{} rope scaling needs a positive factor, got {}", rope_type_name(rope.type), rope.factor));
   if (rope.type == RopeType::kLlama3 &&
-      (!(rope.factor > 0) || !(rope.high_freq_factor > rope.low_freq_factor) ||
-       !(rope.low_freq_factor > 0) || rope.original_max_position <= 0))
+      (!(rope.high_freq_factor > rope.low_freq_factor) || !(rope.low_freq_factor > 0) ||
+       rope.original_max_position <= 0))
     config_error("invalid llama3 rope scaling parameters");
+  if (rope.type == RopeType::kYarn &&
+      (rope.original_max_position <= 0 || !(rope.beta_fast > 0) || !(rope.beta_slow > 0) ||
+       !(rope.attention_factor > 0) || !std::isfinite(rope.attention_factor)))
+    config_error("invalid yarn rope scaling parameters");
   for (int32_t id : eos_token_ids)
     if (id < 0 || id >= vocab_size) config_error(fmt::format("eos_token_id {} outside the vocabulary", id));
 }
 
+int64_t ModelConfig::max_positions() const {
+  return sliding_window > 0 ? std::min(sliding_window, max_position_embeddings) : max_position_embeddings;
+}
+
 std::string ModelConfig::summary() const {
+  std::string scaling;
+  if (rope.type != RopeType::kDefault) scaling = fmt::format(", factor={}", rope.factor);
+  if (rope.type == RopeType::kYarn) scaling += fmt::format(", attention_factor={}", rope.attention_factor);
   return fmt::format(
       "{} hidden={} intermediate={} layers={} heads={} kv_heads={} head_dim={} vocab={} "
-      "max_pos={} eps={} rope={}(theta={}{}) tied={} qkv_bias={} o_bias={} qk_norm={} dtype={}",
+      "max_pos={} sliding_window={} eps={} rope={}(theta={}{}) tied={} qkv_bias={} o_bias={} qk_norm={} dtype={}",
       arch_name(arch), hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
-      vocab_size, max_position_embeddings, rms_norm_eps,
-      rope.type == RopeType::kLlama3 ? "llama3" : "default", rope.theta,
-      rope.type == RopeType::kLlama3 ? fmt::format(", factor={}", rope.factor) : "",
-      tie_word_embeddings, qkv_bias, o_bias, qk_norm, dtype_name(dtype));
+      vocab_size, max_position_embeddings, sliding_window, rms_norm_eps, rope_type_name(rope.type), rope.theta,
+      scaling, tie_word_embeddings, qkv_bias, o_bias, qk_norm, dtype_name(dtype));
 }
 
 ModelConfig load_model_config(const std::filesystem::path& model_dir) {
@@ -270,23 +334,64 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   return c;
 }
 
+namespace {
+
+// llama3: frequencies with wavelengths past original / low_freq_factor
+// divided by the factor, those under original / high_freq_factor kept, and a
+// smooth blend between.
+double llama3_inv_freq(const RopeConfig& rope, double inv) {
+  const double original = static_cast<double>(rope.original_max_position);
+  const double wavelen = 2.0 * std::numbers::pi / inv;
+  if (wavelen > original / rope.low_freq_factor) return inv / rope.factor;
+  if (wavelen < original / rope.high_freq_factor) return inv;
+  const double smooth = (original / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+  return (1.0 - smooth) * inv / rope.factor + smooth * inv;
+}
+
+// yarn: pair i keeps its frequency below the correction range of dimensions
+// [low, high] (those rotating more than beta_fast times over the original
+// length), takes frequency / factor above it, and a linear ramp between.
+double yarn_inv_freq(const RopeConfig& rope, int64_t i, int64_t head_dim, double inv) {
+  const double dim = static_cast<double>(head_dim);
+  const auto correction_dim = [&](double rotations) {
+    return dim * std::log(static_cast<double>(rope.original_max_position) / (rotations * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(rope.theta));
+  };
+  double low = correction_dim(rope.beta_fast), high = correction_dim(rope.beta_slow);
+  if (rope.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1.0);
+  if (low == high) high += 0.001;
+  const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+  return inv / rope.factor * ramp + inv * (1.0 - ramp);
+}
+
+}  // namespace
+
+const char* rope_type_name(RopeType t) {
+  switch (t) {
+    case RopeType::kDefault: return "default";
+    case RopeType::kLinear: return "linear";
+    case RopeType::kDynamic: return "dynamic";
+    case RopeType::kLlama3: return "llama3";
+    case RopeType::kYarn: return "yarn";
+  }
+  return "?";
+}
+
 std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
   std::vector<float> out(static_cast<size_t>(head_dim / 2));
   for (int64_t i = 0; i < head_dim / 2; ++i) {
-    double inv = 1.0 / std::pow(rope.theta, static_cast<double>(2 * i) / static_cast<double>(head_dim));
-    if (rope.type == RopeType::kLlama3) {
-      double low_wavelen = static_cast<double>(rope.original_max_position) / rope.low_freq_factor;
-      double high_wavelen = static_cast<double>(rope.original_max_position) / rope.high_freq_factor;
-      double wavelen = 2.0 * std::numbers::pi / inv;
-      if (wavelen > low_wavelen) {
-        inv = inv / rope.factor;
-      } else if (wavelen >= high_wavelen) {  // between the two: interpolate smoothly
-        double smooth = (static_cast<double>(rope.original_max_position) / wavelen - rope.low_freq_factor) /
-                        (rope.high_freq_factor - rope.low_freq_factor);
-        inv = (1.0 - smooth) * inv / rope.factor + smooth * inv;
-      }
+    const double inv = 1.0 / std::pow(rope.theta, static_cast<double>(2 * i) / static_cast<double>(head_dim));
+    double scaled = inv;
+    switch (rope.type) {
+      case RopeType::kDefault:
+      case RopeType::kDynamic: break;
+      case RopeType::kLinear: scaled = inv / rope.factor; break;
+      case RopeType::kLlama3: scaled = llama3_inv_freq(rope, inv); break;
+      case RopeType::kYarn: scaled = yarn_inv_freq(rope, i, head_dim, inv); break;
     }
-    out[static_cast<size_t>(i)] = static_cast<float>(inv);
+    out[static_cast<size_t>(i)] = static_cast<float>(scaled);
   }
   return out;
 }

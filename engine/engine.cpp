@@ -84,20 +84,26 @@ int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const Engi
   const int64_t per_position = 2 * c.num_layers * slots * p.kv_heads_local * c.head_dim *
                                static_cast<int64_t>(act_bytes);
   const int64_t fits = std::max<int64_t>(budget / per_position, 0);
+  const int64_t limit = c.max_positions();
+  const std::string limit_name =
+      limit < c.max_position_embeddings
+          ? fmt::format("sliding_window {} (sliding-window attention is exact up to the window, not implemented past it)",
+                        limit)
+          : fmt::format("max_position_embeddings {}", limit);
   if (o.max_seq_len > 0) {
-    LS_REQUIRE(o.max_seq_len <= c.max_position_embeddings, ErrorKind::kInvalidArgument,
-               "--max-seq-len {} exceeds the model's max_position_embeddings {}", o.max_seq_len,
-               c.max_position_embeddings);
+    LS_REQUIRE(o.max_seq_len <= limit, ErrorKind::kInvalidArgument, "--max-seq-len {} exceeds the model's {}",
+               o.max_seq_len, limit_name);
     LS_REQUIRE(o.max_seq_len <= fits, ErrorKind::kInvalidArgument,
                "--max-seq-len {} needs {} bytes of KV cache per rank, over the budget of {} bytes", o.max_seq_len,
                o.max_seq_len * per_position, budget);
     return o.max_seq_len;
   }
   LS_REQUIRE(fits >= 1, ErrorKind::kInvalidArgument, "the KV cache budget of {} bytes holds no position", budget);
-  if (fits < c.max_position_embeddings)
-    spdlog::warn("KV cache capped at {} positions (the model allows {}): budget {} bytes", fits,
-                 c.max_position_embeddings, budget);
-  return std::min(fits, c.max_position_embeddings);
+  if (fits < limit)
+    spdlog::warn("KV cache capped at {} positions (the model's {}): budget {} bytes", fits, limit_name, budget);
+  else if (limit < c.max_position_embeddings)
+    spdlog::warn("KV cache capped at {} positions by the model's {}", limit, limit_name);
+  return std::min(fits, limit);
 }
 
 // The tensor-parallel transport for this backend (see EngineOptions::comm).

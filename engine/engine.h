@@ -32,7 +32,7 @@ struct EngineOptions {
   // host, so ranks may share a GPU) or nccl (CUDA only; at TP=1 too).
   std::string comm = "auto";
   double collective_timeout_s = 60.0;
-  int64_t max_seq_len = 0;       // 0: the config's max_position_embeddings, capped by kv_cache_bytes
+  int64_t max_seq_len = 0;       // 0: the model's max_positions(), capped by kv_cache_bytes
   int64_t max_batch = 1;         // sequences at once
   int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
   int64_t kv_cache_bytes = 0;    // 0: a quarter of this machine's memory, shared by its ranks

@@ -184,6 +184,7 @@ void Runner::pre_o_proj(int64_t layer) {
                               .num_kv_heads = plan_.kv_heads_local,
                               .head_dim = hd,
                               .eps = static_cast<float>(config_.rms_norm_eps),
+                              .cos_sin_scale = static_cast<float>(config_.rope.attention_factor),
                               .dtype = act_,
                               .kv_append = KvAppendParams{.qkv = qkv_.data(),
                                                           .k_cache = k_cache_[l].data(),

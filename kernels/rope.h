@@ -25,6 +25,7 @@ struct QkNormRopeParams {
   int64_t num_kv_heads = 0;  // local kv heads
   int64_t head_dim = 0;
   float eps = 0.0f;          // q/k norm epsilon (rms_norm_eps)
+  float cos_sin_scale = 1.0f;  // multiplies cos and sin (YaRN's attention factor; 1 otherwise)
   DType dtype = DType::kF32;
   std::optional<KvAppendParams> kv_append;  // reads the same qkv rows after the rotation
   int64_t row_stride() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
@@ -36,6 +37,7 @@ struct QkNormRopeParams {
                   "qk_norm_rope", "bad sizes heads={} kv_heads={} head_dim={}", num_heads,
                   num_kv_heads, head_dim);
     LS_OP_REQUIRE(q_norm_weight == nullptr || eps > 0.0f, "qk_norm_rope", "eps must be positive");
+    LS_OP_REQUIRE(cos_sin_scale > 0.0f, "qk_norm_rope", "cos_sin_scale must be positive");
     if (kv_append) {
       const KvAppendParams& a = *kv_append;
       a.validate();

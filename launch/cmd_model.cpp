@@ -53,7 +53,7 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_option("--max-batch", c.engine.max_batch, "sequences at once (sizes the KV cache and the graphs)")
       ->capture_default_str();
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
-                  "KV cache length (default: the model's max_position_embeddings, capped by memory)");
+                  "KV cache length (default: the model's max_position_embeddings or sliding window, capped by memory)");
   cmd->add_option("--diag", c.diag, "comma-separated diagnostics: shapes,attn,timing,numerics");
 }
 

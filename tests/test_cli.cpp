@@ -187,15 +187,29 @@ TEST_F(Cli, ConfigShapeMismatchNamesTheTensor) {
   expect_clean_failure(generate(model, "--prompt-ids 1"), {"model.layers.0.mlp.gate_proj.weight", "shape"});
 }
 
+// A sliding-window model runs up to its window and refuses more, by name.
+TEST_F(Cli, SlidingWindowLimitsTheContext) {
+  auto model = make_model("m");
+  rewrite_config(model, [](nlohmann::json& j) {
+    j["architectures"] = {"MistralForCausalLM"};
+    j["sliding_window"] = 16;
+  });
+  CommandResult ok = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 4 --ignore-eos");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("sliding_window 16"), std::string::npos) << ok.err;  // the cap is logged
+  expect_clean_failure(generate(model, "--prompt-ids 1 --max-seq-len 17"), {"--max-seq-len 17", "sliding_window 16"});
+  expect_clean_failure(generate(model, "--prompt-ids 1,2,3 --max-new-tokens 20 --ignore-eos"), {"16"});
+}
+
 TEST_F(Cli, UnsupportedArchitectureAndRope) {
   auto model = make_model("m");
   rewrite_config(model, [](nlohmann::json& j) { j["architectures"] = {"PhiForCausalLM"}; });
   expect_clean_failure(generate(model, "--prompt-ids 1"), {"PhiForCausalLM"});
   rewrite_config(model, [](nlohmann::json& j) {
     j["architectures"] = {"LlamaForCausalLM"};
-    j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+    j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};
   });
-  expect_clean_failure(generate(model, "--prompt-ids 1"), {"dynamic"});
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"longrope"});
 }
 
 TEST_F(Cli, TokenIdsOutsideTheVocabulary) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/config.h"
@@ -80,19 +82,21 @@ TEST(Config, RefusesUnsupportedThingsByName) {
   j["architectures"] = {"GPT2LMHeadModel"};
   refuse(j, {"GPT2LMHeadModel", "unsupported architecture"});
   j = llama_classic();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  refuse(j, {"yarn", "rope"});
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  refuse(j, {"longrope", "rope"});
+  j = llama_classic();
+  j["rope_scaling"] = {{"type", "linear"}};
+  refuse(j, {"factor", "rope_scaling"});
+  j = llama_classic();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", -2.0}};
+  refuse(j, {"yarn", "factor"});
+  j = llama_classic();
+  j["architectures"] = {"MistralForCausalLM"};
+  j["sliding_window"] = -1;
+  refuse(j, {"sliding_window"});
   j = llama_classic();
   j["hidden_act"] = "gelu";
   refuse(j, {"gelu", "activation"});
-  j = llama_classic();
-  j["architectures"] = {"MistralForCausalLM"};
-  j["sliding_window"] = 4096;
-  refuse(j, {"sliding", "4096"});
-  j = llama_classic();
-  j["architectures"] = {"Qwen2ForCausalLM"};
-  j["use_sliding_window"] = true;
-  refuse(j, {"sliding"});
   j = llama_classic();
   j.erase("rms_norm_eps");
   refuse(j, {"rms_norm_eps"});
@@ -107,11 +111,74 @@ TEST(Config, RefusesUnsupportedThingsByName) {
   refuse(j, {"eos_token_id", "384"});
 }
 
-TEST(Config, MistralWithNullSlidingWindowIsAccepted) {
+// Sliding windows as transformers applies them; the engine runs a windowed
+// model up to the window (ModelConfig::max_positions).
+TEST(Config, SlidingWindowAsTransformersAppliesIt) {
+  const auto window = [](json j) { return parse_model_config(j).sliding_window; };
   json j = llama_classic();
+  j["max_position_embeddings"] = 32768;
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(window(j), 0);  // Llama has no sliding window
   j["architectures"] = {"MistralForCausalLM"};
+  EXPECT_EQ(window(j), 4096);
+  EXPECT_EQ(parse_model_config(j).max_positions(), 4096);
   j["sliding_window"] = nullptr;
-  EXPECT_EQ(parse_model_config(j).arch, Arch::kMistral);
+  EXPECT_EQ(window(j), 0);
+  EXPECT_EQ(parse_model_config(j).max_positions(), 32768);
+  j.erase("sliding_window");
+  EXPECT_EQ(window(j), 4096);  // MistralConfig's default
+  j["sliding_window"] = 65536;
+  EXPECT_EQ(parse_model_config(j).max_positions(), 32768);  // a window past the positions limits nothing
+  j = llama_classic();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["rope_scaling"] = nullptr;
+  j["sliding_window"] = 128;
+  EXPECT_EQ(window(j), 0);  // use_sliding_window is false by default
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(window(j), 0);  // windows layers from max_window_layers (28 by default) on: none of 2
+  j["max_window_layers"] = 1;
+  EXPECT_EQ(window(j), 128);
+  j["layer_types"] = {"full_attention", "full_attention"};
+  EXPECT_EQ(window(j), 0);  // named layers win
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_EQ(window(j), 128);
+}
+
+TEST(Config, RopeTypesFollowTransformersDefaults) {
+  json j = llama_classic();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};  // the pre-rope_type key
+  ModelConfig c = parse_model_config(j);
+  EXPECT_EQ(c.rope.type, RopeType::kLinear);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
+  EXPECT_DOUBLE_EQ(c.rope.attention_factor, 1.0);
+  j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_EQ(parse_model_config(j).rope.type, RopeType::kDynamic);
+  // YaRN as Qwen3 publishes it: factor 4, 32768 original positions, and an
+  // attention factor of 0.1·ln(4) + 1.
+  j["max_position_embeddings"] = 131072;
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  c = parse_model_config(j);
+  EXPECT_EQ(c.rope.type, RopeType::kYarn);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position, 32768);
+  EXPECT_DOUBLE_EQ(c.rope.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_slow, 1.0);
+  EXPECT_TRUE(c.rope.truncate);
+  // No factor: the ratio of the position counts; mscale over mscale_all_dim;
+  // a top-level original_max_position_embeddings wins.
+  j["original_max_position_embeddings"] = 16384;
+  j["rope_scaling"] = {{"rope_type", "yarn"},          {"original_max_position_embeddings", 32768},
+                       {"mscale", 0.5},                {"mscale_all_dim", 2.0},
+                       {"beta_fast", 0},               {"truncate", false}};
+  c = parse_model_config(j);
+  EXPECT_EQ(c.rope.original_max_position, 16384);
+  EXPECT_DOUBLE_EQ(c.rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c.rope.attention_factor, (0.05 * std::log(8.0) + 1.0) / (0.2 * std::log(8.0) + 1.0));
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);  // 0 means the default, as `or 32` does
+  EXPECT_FALSE(c.rope.truncate);
+  j["rope_scaling"]["attention_factor"] = 1.5;
+  EXPECT_DOUBLE_EQ(parse_model_config(j).rope.attention_factor, 1.5);
 }
 
 TEST(Sharding, SplitsHeadsIntermediateAndPaddedVocab) {

@@ -40,7 +40,7 @@ std::vector<GoldenParam> golden_params() {
 
 class Golden : public TempDirTest, public ::testing::WithParamInterface<GoldenParam> {};
 
-TEST(GoldenFixtures, ArePresent) { EXPECT_GE(golden_cases().size(), 6u) << "missing " << golden_root(); }
+TEST(GoldenFixtures, ArePresent) { EXPECT_GE(golden_cases().size(), 10u) << "missing " << golden_root(); }
 
 TEST_P(Golden, ScoreAndGenerateMatchTransformers) {
   const GoldenParam gp = GetParam();

@@ -5,6 +5,7 @@
 // (a wrong index or a missing term moves results by > 1e-2).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -125,6 +126,7 @@ struct RopeCase {
   int64_t head_dim;
   bool qk_norm;
   bool llama3;
+  float cos_sin_scale = 1.0f;  // YaRN's attention factor
 };
 
 class RopeTest : public ::testing::TestWithParam<RopeCase> {};
@@ -144,7 +146,8 @@ TEST_P(RopeTest, MatchesRotateHalfReference) {
   cpu::qk_norm_rope(QkNormRopeParams{.qkv = got.data(), .positions = pos.data(), .inv_freq = inv.data(),
                                      .q_norm_weight = pc.qk_norm ? qn.data() : nullptr,
                                      .k_norm_weight = pc.qk_norm ? kn.data() : nullptr, .tokens = tokens,
-                                     .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = hd, .eps = eps});
+                                     .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = hd, .eps = eps,
+                                     .cos_sin_scale = pc.cos_sin_scale});
   std::vector<double> want(qkv.begin(), qkv.end());
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < heads + kv_heads; ++h) {
@@ -159,7 +162,7 @@ TEST_P(RopeTest, MatchesRotateHalfReference) {
       for (int64_t i = 0; i < hd; ++i) {
         double angle = pos[t] * static_cast<double>(inv[i % (hd / 2)]);
         double partner = i < hd / 2 ? -v[i + hd / 2] : v[i - hd / 2];
-        rotated[i] = v[i] * std::cos(angle) + partner * std::sin(angle);
+        rotated[i] = pc.cos_sin_scale * (v[i] * std::cos(angle) + partner * std::sin(angle));
       }
       std::copy(rotated.begin(), rotated.end(), v);
     }
@@ -168,7 +171,8 @@ TEST_P(RopeTest, MatchesRotateHalfReference) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, RopeTest,
                          ::testing::Values(RopeCase{64, false, false}, RopeCase{128, true, false},
-                                           RopeCase{64, true, true}, RopeCase{128, false, true}));
+                                           RopeCase{64, true, true}, RopeCase{128, false, true},
+                                           RopeCase{128, true, false, 1.25f}));
 
 TEST(RopeInvFreq, Llama3ScalingMatchesTheFormula) {
   RopeConfig rope{RopeType::kLlama3, 500000.0, 8.0, 1.0, 4.0, 8192};
@@ -183,6 +187,37 @@ TEST(RopeInvFreq, Llama3ScalingMatchesTheFormula) {
       want = (1 - s) * base / 8.0 + s * base;
     }
     EXPECT_NEAR(inv[i], want, 1e-6 * want) << i;
+  }
+}
+
+// YaRN (transformers' _compute_yarn_parameters): with theta 10000, head_dim
+// 128, 4096 original positions and betas 32 / 1, the correction range is
+// dimensions floor(20.9) = 20 to ceil(45.0) = 46: pairs up to 20 keep their
+// frequency, pairs from 46 on take frequency / factor, and pairs between
+// ramp linearly (pair 33 halfway).
+TEST(RopeInvFreq, YarnRampsBetweenTheCorrectionDims) {
+  RopeConfig rope{.type = RopeType::kYarn, .theta = 10000.0, .factor = 4.0, .original_max_position = 4096};
+  auto inv = rope_inv_freq(rope, 128);
+  for (int64_t i = 0; i < 64; ++i) {
+    const double base = 1.0 / std::pow(10000.0, 2.0 * i / 128.0);
+    const double ramp = std::clamp((i - 20.0) / 26.0, 0.0, 1.0);
+    EXPECT_NEAR(inv[i], base / 4.0 * ramp + base * (1.0 - ramp), 1e-6 * base) << i;
+  }
+  EXPECT_NEAR(inv[33], 0.625 * (1.0 / std::pow(10000.0, 66.0 / 128.0)), 1e-7);
+  rope.truncate = false;  // the range is then the unrounded [20.94, 45.03]
+  inv = rope_inv_freq(rope, 128);
+  const auto dim = [](double rotations) { return 128.0 * std::log(4096.0 / (rotations * 2 * M_PI)) / (2 * std::log(10000.0)); };
+  const double ramp = (45.0 - dim(32.0)) / (dim(1.0) - dim(32.0)), base = 1.0 / std::pow(10000.0, 90.0 / 128.0);
+  EXPECT_NEAR(inv[45], base / 4.0 * ramp + base * (1.0 - ramp), 1e-6 * base);
+}
+
+TEST(RopeInvFreq, LinearDividesAndDynamicKeepsTheDefault) {
+  const auto plain = rope_inv_freq(RopeConfig{.theta = 10000.0}, 64);
+  const auto linear = rope_inv_freq(RopeConfig{.type = RopeType::kLinear, .theta = 10000.0, .factor = 4.0}, 64);
+  const auto dynamic = rope_inv_freq(RopeConfig{.type = RopeType::kDynamic, .theta = 10000.0, .factor = 4.0}, 64);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_FLOAT_EQ(linear[i], plain[i] / 4.0f) << i;
+    EXPECT_EQ(dynamic[i], plain[i]) << i;
   }
 }
 

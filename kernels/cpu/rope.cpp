@@ -15,12 +15,12 @@ void head_rms_norm(float* v, const float* w, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) v[i] = v[i] * inv * w[i];
 }
 
-void rotate(float* v, const float* inv_freq, int64_t head_dim, int32_t position) {
+void rotate(float* v, const float* inv_freq, int64_t head_dim, int32_t position, float scale) {
   int64_t half = head_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     double angle = static_cast<double>(position) * inv_freq[i];
-    float c = static_cast<float>(std::cos(angle));
-    float s = static_cast<float>(std::sin(angle));
+    float c = static_cast<float>(std::cos(angle)) * scale;
+    float s = static_cast<float>(std::sin(angle)) * scale;
     float a = v[i];
     float b = v[i + half];
     v[i] = a * c - b * s;
@@ -42,7 +42,7 @@ void qk_norm_rope(const QkNormRopeParams& p) {
     for (int64_t h = 0; h < heads; ++h) {
       float* v = row + h * p.head_dim;
       if (qw != nullptr) head_rms_norm(v, h < p.num_heads ? qw : kw, p.head_dim, p.eps);
-      rotate(v, p.inv_freq, p.head_dim, p.positions[t]);
+      rotate(v, p.inv_freq, p.head_dim, p.positions[t], p.cos_sin_scale);
     }
   }
   if (p.kv_append) kv_append(*p.kv_append);

@@ -47,6 +47,7 @@ template <typename T>
 struct GemvRope {
   const int32_t* positions;
   const float* inv_freq;  // [head_dim / 2]
+  float cos_sin_scale;
   const int32_t* slots;   // null: no KV append
   T* k_cache;
   T* v_cache;
@@ -191,7 +192,7 @@ __device__ void gemv_rope_out(const GemvArgs<T>& a, int64_t o, const float (&acc
   if (head < rp.num_heads + rp.num_kv_heads) {
     double s, c;
     sincos(static_cast<double>(position) * static_cast<double>(rp.inv_freq[pair]), &s, &c);
-    const float cs = static_cast<float>(c), sn = static_cast<float>(s);
+    const float cs = static_cast<float>(c) * rp.cos_sin_scale, sn = static_cast<float>(s) * rp.cos_sin_scale;
     r1 = from_float<T>(x1 * cs - x2 * sn);
     r2 = from_float<T>(x2 * cs + x1 * sn);
   }
@@ -281,6 +282,7 @@ template <typename T>
 GemvRope<T> gemv_rope(const QkNormRopeParams& r) {
   GemvRope<T> g{.positions = r.positions,
                 .inv_freq = r.inv_freq,
+                .cos_sin_scale = r.cos_sin_scale,
                 .slots = nullptr,
                 .k_cache = nullptr,
                 .v_cache = nullptr,

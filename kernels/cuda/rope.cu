@@ -31,7 +31,7 @@ struct CacheTarget {
 template <typename T>
 __global__ void qk_norm_rope_kernel(T* qkv, const int32_t* positions, const float* inv_freq, const T* q_norm,
                                     const T* k_norm, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
-                                    float eps, CacheTarget<T> cache) {
+                                    float eps, float cos_sin_scale, CacheTarget<T> cache) {
   __shared__ float cos_s[kMaxHalf];
   __shared__ float sin_s[kMaxHalf];
   start_after_producers();
@@ -41,8 +41,8 @@ __global__ void qk_norm_rope_kernel(T* qkv, const int32_t* positions, const floa
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     double s, c;
     sincos(position * static_cast<double>(inv_freq[i]), &s, &c);
-    cos_s[i] = static_cast<float>(c);
-    sin_s[i] = static_cast<float>(s);
+    cos_s[i] = static_cast<float>(c) * cos_sin_scale;
+    sin_s[i] = static_cast<float>(s) * cos_sin_scale;
   }
   __syncthreads();
   const int lane = threadIdx.x % 32;
@@ -103,7 +103,7 @@ void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
                     static_cast<unsigned>(ceil_div(p.num_heads + p.num_kv_heads, kRopeWarps)));
     LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, grid, dim3(kRopeWarps * 32), 0, stream, static_cast<T*>(p.qkv), p.positions, p.inv_freq,
               static_cast<const T*>(p.q_norm_weight), static_cast<const T*>(p.k_norm_weight), p.num_heads,
-              p.num_kv_heads, p.head_dim, p.eps, cache);
+              p.num_kv_heads, p.head_dim, p.eps, p.cos_sin_scale, cache);
   });
 }
 

@@ -90,13 +90,15 @@ struct RopeCase {
 TEST_F(CudaOpTest, QkNormRopeMatchesCpu) {
   std::mt19937 rng(4);
   const std::vector<RopeCase> cases{{4, 4, 64, false, RopeType::kDefault}, {8, 2, 128, true, RopeType::kDefault},
-                                    {10, 2, 64, true, RopeType::kLlama3}, {16, 2, 128, false, RopeType::kLlama3},
-                                    {8, 1, 256, true, RopeType::kDefault}, {32, 8, 128, false, RopeType::kLlama3}};
+                                    {10, 2, 64, true, RopeType::kLlama3},   {16, 2, 128, false, RopeType::kLlama3},
+                                    {8, 1, 256, true, RopeType::kDefault},  {32, 8, 128, false, RopeType::kLlama3},
+                                    {8, 2, 128, true, RopeType::kYarn}};
   for (DType dt : all_dtypes())
     for (int64_t tokens : odd_rows())
       for (const RopeCase& rc : cases) {
         RopeConfig rope{.type = rc.rope, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
                         .high_freq_factor = 4.0, .original_max_position = 8192};
+        if (rc.rope == RopeType::kYarn) rope.attention_factor = 0.1 * std::log(rope.factor) + 1.0;
         std::vector<float> inv_freq = rope_inv_freq(rope, rc.head_dim);
         const int64_t width = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
         std::vector<float> qkv = random_values(tokens * width, dt, rng);
@@ -109,7 +111,7 @@ TEST_F(CudaOpTest, QkNormRopeMatchesCpu) {
                            .q_norm_weight = rc.qk_norm ? d_qn.get() : nullptr,
                            .k_norm_weight = rc.qk_norm ? d_kn.get() : nullptr, .tokens = tokens,
                            .num_heads = rc.heads, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim, .eps = 1e-6f,
-                           .dtype = dt};
+                           .cos_sin_scale = static_cast<float>(rope.attention_factor), .dtype = dt};
         cuda::qk_norm_rope(p, stream_);
         sync();
         QkNormRopeParams c = p;
@@ -278,11 +280,15 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
   const std::vector<RopeStageCase> cases{{256, 4, 2, 128, false, false, true}, {136, 5, 1, 64, true, false, false},
                                          {64, 3, 3, 72, false, false, true},   {128, 4, 2, 36, true, false, true},
                                          {256, 4, 2, 128, false, true, true},  {256, 4, 2, 128, false, false, false}};
-  const RopeConfig rope{.type = RopeType::kLlama3, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
-                        .high_freq_factor = 4.0, .original_max_position = 8192};
+  const RopeConfig llama3{.type = RopeType::kLlama3, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
+                          .high_freq_factor = 4.0, .original_max_position = 8192};
+  // YaRN also scales cos and sin (the GEMV's fused rotation and the rope kernel).
+  const RopeConfig yarn{.type = RopeType::kYarn, .theta = 1000000.0, .factor = 4.0,
+                        .original_max_position = 32768, .attention_factor = 0.1 * std::log(4.0) + 1.0};
   for (DType dt : all_dtypes())
     for (int64_t rows : {1, 2, 3, 7})
-      for (const RopeStageCase& rc : cases) {
+      for (const RopeStageCase& rc : cases)
+        for (const RopeConfig& rope : {llama3, yarn}) {
         const std::vector<float> inv_freq = rope_inv_freq(rope, rc.head_dim);
         const KvCacheShape cache{.num_slots = 4, .max_seq = 3000, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim};
         const int64_t out = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
@@ -311,7 +317,7 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
             .qkv = d_y.get(), .positions = d_pos.ints(), .inv_freq = static_cast<float*>(d_freq.get()),
             .q_norm_weight = rc.qk_norm ? d_qn.get() : nullptr, .k_norm_weight = rc.qk_norm ? d_kn.get() : nullptr,
             .tokens = rows, .num_heads = rc.heads, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim,
-            .eps = 1e-6f, .dtype = dt,
+            .eps = 1e-6f, .cos_sin_scale = static_cast<float>(rope.attention_factor), .dtype = dt,
             .kv_append = KvAppendParams{.qkv = d_y.get(), .k_cache = d_k.get(), .v_cache = d_v.get(),
                                         .slots = d_slots.ints(), .positions = d_pos.ints(), .tokens = rows,
                                         .num_heads = rc.heads, .cache = cache, .dtype = dt}};
@@ -329,7 +335,7 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         cpu::linear(c);
         const std::string what = "linear+rope " + label(rows, rc.in) + " hd=" + std::to_string(rc.head_dim) +
                                  (rc.bias ? " bias" : "") + (rc.qk_norm ? " qk_norm" : "") +
-                                 (rc.input_norm ? " input_norm" : "");
+                                 (rc.input_norm ? " input_norm" : "") + " rope=" + rope_type_name(rope.type);
         expect_close(d_y.download(), y, dt, what + " qkv");
         if (rc.input_norm) expect_close(d_res_out.download(), res_out, dt, what + " residual");
         expect_close(d_k.download(), k, dt, what + " K");

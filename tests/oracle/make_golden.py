@@ -38,6 +38,23 @@ CASES = [
          cfg=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32)),
     dict(name="llama_attn_bias_f32", arch="llama", dtype=torch.float32, style="classic",
          cfg=dict(num_attention_heads=8, num_key_value_heads=4, attention_bias=True, rms_norm_eps=1e-3)),
+    # Linear RoPE scaling (positions divided by the factor), classic keys.
+    dict(name="llama_linear_rope_bf16", arch="llama", dtype=torch.bfloat16, style="classic",
+         cfg=dict(num_attention_heads=4, num_key_value_heads=2, rope=dict(rope_type="linear", factor=4.0))),
+    # YaRN: a ramp between interpolated and original frequencies, and the
+    # attention factor on cos/sin. The ratio max_position_embeddings /
+    # original_max_position_embeddings (8) differs from the factor (4), as in
+    # Qwen3's published YaRN settings, so the fixture pins which one counts.
+    dict(name="qwen3_yarn_f32", arch="qwen3", dtype=torch.float32, style="transformers5",
+         cfg=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                  rope=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32))),
+    # Dynamic NTK scaling: the default frequencies up to the original length.
+    dict(name="llama_dynamic_rope_f16", arch="llama", dtype=torch.float16, style="classic",
+         cfg=dict(num_attention_heads=4, num_key_value_heads=4, rope=dict(rope_type="dynamic", factor=2.0))),
+    # A sliding window longer than the fixture's 17 positions: within the
+    # window, sliding-window attention is full causal attention.
+    dict(name="mistral_window_bf16", arch="mistral", dtype=torch.bfloat16, style="classic",
+         cfg=dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=32)),
 ]
 
 CONFIG_CLASSES = {
@@ -147,10 +164,16 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--prompt-len", type=int, default=11)
     ap.add_argument("--new-tokens", type=int, default=6)
+    ap.add_argument("--only", default="", help="comma-separated case names (default: all)")
     a = ap.parse_args()
     torch.set_num_threads(4)
+    only = set(filter(None, a.only.split(",")))
+    unknown = only - {c["name"] for c in CASES}
+    if unknown:
+        raise SystemExit(f"unknown cases: {sorted(unknown)}")
     for case in CASES:
-        make_case(case, a.out, a.prompt_len, a.new_tokens)
+        if not only or case["name"] in only:
+            make_case(case, a.out, a.prompt_len, a.new_tokens)
 
 
 if __name__ == "__main__":
