@@ -10,17 +10,20 @@
 // and the ranks' shares. A split with no valid column has column -1.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
+#include "kernels/host_device.h"
 #include "kernels/op_common.h"
 
 namespace lockstep {
 
-// Whether candidate (v, c) ranks before (best, best_c) by the rule above.
-inline bool argmax_prefers(float v, int64_t c, float best, int64_t best_c) {
-  if (std::isnan(v)) return std::isnan(best) && c < best_c;
-  if (std::isnan(best)) return true;
+// Whether candidate (v, c) ranks before (best, best_c) by the rule above;
+// the CPU twins and the kernels (argmax, next_tokens) all decide by it. (A
+// NaN is the one value unequal to itself; nothing here builds with fast math.)
+LS_HOST_DEVICE inline bool argmax_prefers(float v, int64_t c, float best, int64_t best_c) {
+  const bool v_nan = v != v, best_nan = best != best;
+  if (v_nan) return best_nan && c < best_c;
+  if (best_nan) return true;
   return v > best || (v == best && c < best_c);
 }
 

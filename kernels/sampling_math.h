@@ -10,11 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifdef __CUDACC__
-#define LS_HOST_DEVICE __host__ __device__
-#else
-#define LS_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace lockstep::sampling {
 

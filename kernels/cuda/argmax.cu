@@ -21,14 +21,11 @@ struct Best {
   int32_t column;  // < 0: no candidate
 };
 
-// The better of two candidates (argmax_prefers in kernels/argmax.h).
+// The better of two candidates (either may be none).
 __device__ __forceinline__ Best better(Best a, Best b) {
   if (b.column < 0) return a;
   if (a.column < 0) return b;
-  const bool prefer_b = isnan(b.value)   ? isnan(a.value) && b.column < a.column
-                        : isnan(a.value) ? true
-                                         : b.value > a.value || (b.value == a.value && b.column < a.column);
-  return prefer_b ? b : a;
+  return argmax_prefers(b.value, b.column, a.value, a.column) ? b : a;
 }
 
 // Thread i's share of split blockIdx.x of row blockIdx.y: the N-element

@@ -12,13 +12,6 @@ namespace {
 
 constexpr int kNextTokensThreads = 256;
 
-// argmax_prefers (kernels/argmax.h) on the device.
-__device__ __forceinline__ bool prefers(float v, int64_t c, float best, int64_t best_c) {
-  if (isnan(v)) return isnan(best) && c < best_c;
-  if (isnan(best)) return true;
-  return v > best || (v == best && c < best_c);
-}
-
 __device__ int32_t best_candidate(const NextTokensParams& p, int64_t row) {
   const auto* values = static_cast<const float*>(p.candidates);
   const auto* columns = static_cast<const int32_t*>(p.candidates);
@@ -31,7 +24,7 @@ __device__ int32_t best_candidate(const NextTokensParams& p, int64_t row) {
       const int32_t column = columns[at + p.rows * p.splits];
       if (column < 0) continue;
       const int64_t id = s * p.share_cols + column;
-      if (best_id < 0 || prefers(values[at], id, best, best_id)) best = values[at], best_id = id;
+      if (best_id < 0 || argmax_prefers(values[at], id, best, best_id)) best = values[at], best_id = id;
     }
   return static_cast<int32_t>(best_id < 0 ? 0 : best_id);
 }
