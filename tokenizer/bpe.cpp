@@ -30,9 +30,16 @@ struct Candidate {
 
 }  // namespace
 
+struct BpeModel::Symbol {
+  int32_t id;
+  int32_t prev;
+  int32_t next;
+  bool alive;
+};
+
 BpeModel::BpeModel(const FlatStringMap& vocab, const std::vector<MergeIds>& merges,
-                   bool ignore_merges, std::optional<int32_t> unk_id)
-    : ignore_merges_(ignore_merges), unk_id_(unk_id) {
+                   bool ignore_merges, std::optional<int32_t> unk_id, std::optional<CharSymbols> char_symbols)
+    : ignore_merges_(ignore_merges), unk_id_(unk_id), char_symbols_(std::move(char_symbols)) {
   for (int b = 0; b < 256; ++b) {
     char c = static_cast<char>(b);
     byte_ids_[b] = vocab.get(std::string_view(&c, 1));
@@ -49,7 +56,7 @@ BpeModel::BpeModel(const FlatStringMap& vocab, const std::vector<MergeIds>& merg
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  if (word.size() == 1) {
+  if (word.size() == 1 && !char_symbols_) {
     int32_t id = byte_ids_[static_cast<unsigned char>(word[0])];
     if (id >= 0) {
       out.push_back(id);
@@ -86,19 +93,50 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   }
 }
 
+// The word's symbols before any merge: its bytes, or its characters (CharSymbols).
+void BpeModel::initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const {
+  const auto push = [&](int32_t id) {
+    const int32_t n = static_cast<int32_t>(symbols.size());
+    symbols.push_back(Symbol{id, n - 1, n + 1, true});
+  };
+  const auto push_unk = [&] {
+    if (!unk_id_) return;  // HF drops unknown input when there is no unk token
+    if (char_symbols_ && char_symbols_->fuse_unk && !symbols.empty() && symbols.back().id == *unk_id_) return;
+    push(*unk_id_);
+  };
+  if (!char_symbols_) {
+    for (char c : word) {
+      const int32_t id = byte_ids_[static_cast<unsigned char>(c)];
+      if (id >= 0) push(id);
+      else push_unk();
+    }
+    return;
+  }
+  const CharSymbols& cs = *char_symbols_;
+  for (size_t i = 0; i < word.size();) {
+    const size_t begin = i;
+    next_code_point(word, i);
+    const std::string_view ch = word.substr(begin, i - begin);
+    if (const int32_t id = cs.chars.get(ch); id >= 0) {
+      push(id);
+      continue;
+    }
+    const bool bytes_known = cs.byte_fallback && std::all_of(ch.begin(), ch.end(), [&](char b) {
+      return cs.byte_tokens[static_cast<unsigned char>(b)] >= 0;
+    });
+    if (bytes_known) {
+      for (char b : ch) push(cs.byte_tokens[static_cast<unsigned char>(b)]);
+    } else {
+      push_unk();
+    }
+  }
+}
+
 void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {
   thread_local std::vector<Symbol> symbols;
   thread_local std::vector<Candidate> heap_storage;
   symbols.clear();
-  for (char c : word) {
-    int32_t id = byte_ids_[static_cast<unsigned char>(c)];
-    if (id < 0) {
-      if (!unk_id_) continue;  // HF drops unknown bytes when there is no unk token
-      id = *unk_id_;
-    }
-    int32_t n = static_cast<int32_t>(symbols.size());
-    symbols.push_back(Symbol{id, n - 1, n + 1, true});
-  }
+  initial_symbols(word, symbols);
   if (symbols.empty()) return;
   symbols.back().next = -1;
 

@@ -32,16 +32,38 @@ bool flag(const json& j, const char* key, bool fallback) {
   return j[key].get<bool>();
 }
 
-void parse_normalizer(const json& j, TokenizerImpl& impl) {
+// What the normalizer, pre-tokenizer and decoder ask for, before it is
+// checked that they form one of the two supported kinds of BPE.
+struct Pipeline {
+  bool byte_level = false;           // ByteLevel pre-tokenizer
+  bool byte_level_decoder = false;
+  bool prepend_metaspace = false;    // normalizer Prepend("▁")
+  bool spaces_to_metaspace = false;  // normalizer Replace(" ", "▁")
+  bool metaspace_to_spaces = false;  // decoder Replace("▁", " ")
+  int strip_leading = 0;             // decoder Strip(" ", n, 0)
+};
+
+// A Replace normalizer or decoder: whether it maps `from` to `to`.
+bool replaces(const json& j, std::string_view from, std::string_view to) {
+  const json& pattern = j.at("pattern");
+  return pattern.contains("String") && pattern["String"] == from && j.at("content") == to;
+}
+
+void parse_normalizer(const json& j, TokenizerImpl& impl, Pipeline& p) {
   if (j.is_null()) return;
   std::string type = type_of(j, "normalizer");
   if (type == "NFC") {
     impl.nfc_normalizer = true;
   } else if (type == "Sequence") {
-    for (const json& n : j.at("normalizers")) parse_normalizer(n, impl);
+    for (const json& n : j.at("normalizers")) parse_normalizer(n, impl, p);
+  } else if (type == "Prepend" && j.at("prepend") == tok_detail::kMetaspace) {
+    p.prepend_metaspace = true;
+  } else if (type == "Replace" && replaces(j, " ", tok_detail::kMetaspace)) {
+    p.spaces_to_metaspace = true;
   } else {
-    LS_FAIL(ErrorKind::kModel, "tokenizer.json: normalizer type '{}' is not supported (only NFC)",
-            type);
+    LS_FAIL(ErrorKind::kModel,
+            "tokenizer.json: normalizer {} is not supported (only NFC, and Prepend / Replace of \"▁\" for spaces)",
+            j.dump().substr(0, 120));
   }
 }
 
@@ -83,25 +105,48 @@ void parse_pre_tokenizer(const json& j, TokenizerImpl& impl, bool& byte_level) {
   }
 }
 
-void parse_decoder(const json& j) {
+void parse_decoder(const json& j, Pipeline& p) {
   if (j.is_null()) return;
   std::string type = type_of(j, "decoder");
   if (type == "Sequence") {
-    for (const json& d : j.at("decoders")) parse_decoder(d);
-    return;
+    for (const json& d : j.at("decoders")) parse_decoder(d, p);
+  } else if (type == "ByteLevel") {
+    p.byte_level_decoder = true;
+  } else if (type == "Replace" && replaces(j, tok_detail::kMetaspace, " ")) {
+    p.metaspace_to_spaces = true;
+  } else if (type == "Strip" && j.at("content") == " " && j.at("stop") == 0 && j.at("start").is_number_integer()) {
+    p.strip_leading = j["start"].get<int>();
+  } else {
+    // ByteFallback and Fuse are what decoding token bytes in order does anyway.
+    LS_REQUIRE(type == "ByteFallback" || type == "Fuse", ErrorKind::kModel,
+               "tokenizer.json: decoder {} is not supported", j.dump().substr(0, 120));
   }
-  LS_REQUIRE(type == "ByteLevel", ErrorKind::kModel,
-             "tokenizer.json: decoder type '{}' is not supported (only ByteLevel)", type);
 }
 
-void check_bpe_options(const json& model) {
+// Byte-level BPE (Llama 3, Qwen) or SentencePiece-style BPE (Llama 2,
+// Mistral), nothing in between.
+void check_pipeline(const Pipeline& p, TokenizerImpl& impl) {
+  const bool any_metaspace = p.prepend_metaspace || p.spaces_to_metaspace || p.metaspace_to_spaces;
+  if (p.byte_level) {
+    LS_REQUIRE(!any_metaspace && p.strip_leading == 0, ErrorKind::kModel,
+               "tokenizer.json: a ByteLevel pre-tokenizer with \"▁\" normalizers or decoders is not supported");
+    return;
+  }
+  LS_REQUIRE(p.spaces_to_metaspace && p.metaspace_to_spaces && impl.splitters.empty() && !p.byte_level_decoder,
+             ErrorKind::kModel,
+             "tokenizer.json: only byte-level BPE (a ByteLevel pre-tokenizer) or SentencePiece-style BPE (spaces "
+             "replaced by \"▁\", no pre-tokenizer) is supported");
+  impl.metaspace = tok_detail::Metaspace{.prepend = p.prepend_metaspace, .strip_leading = p.strip_leading};
+}
+
+void check_bpe_options(const json& model, bool sentencepiece) {
   std::string type = model.value("type", "BPE");
   LS_REQUIRE(type == "BPE", ErrorKind::kModel,
              "tokenizer.json: model type '{}' is not supported (only BPE)", type);
   LS_REQUIRE(!model.contains("dropout") || model["dropout"].is_null(), ErrorKind::kModel,
              "tokenizer.json: BPE dropout is not supported");
-  LS_REQUIRE(!flag(model, "byte_fallback", false), ErrorKind::kModel,
-             "tokenizer.json: BPE byte_fallback is not supported");
+  LS_REQUIRE(sentencepiece || !flag(model, "byte_fallback", false), ErrorKind::kModel,
+             "tokenizer.json: BPE byte_fallback is not supported with a ByteLevel pre-tokenizer");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     LS_REQUIRE(!model.contains(key) || model[key].is_null() || model[key] == "", ErrorKind::kModel,
                "tokenizer.json: BPE {} is not supported", key);
@@ -132,20 +177,67 @@ int32_t spelling_id(const TokenizerImpl& impl, std::string_view spelling, size_t
   return id;
 }
 
+// The byte of a byte-fallback token "<0xXX>", if `spelling` is one.
+std::optional<char> fallback_byte(std::string_view spelling) {
+  if (spelling.size() != 6 || spelling.substr(0, 3) != "<0x" || spelling[5] != '>') return std::nullopt;
+  int value = 0;
+  for (char c : spelling.substr(3, 2)) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (digit < 0) return std::nullopt;
+    value = value * 16 + digit;
+  }
+  return static_cast<char>(value);
+}
+
+// SentencePiece-style vocab: a token's bytes are its spelling with "▁" as a
+// space, or the byte of a <0xXX> token; its characters start BPE words.
+tok_detail::CharSymbols sentencepiece_vocab(const json& model, const tok_detail::FlatStringMap& vocab,
+                                            TokenizerImpl& impl) {
+  tok_detail::CharSymbols cs;
+  cs.byte_fallback = flag(model, "byte_fallback", false);
+  cs.fuse_unk = flag(model, "fuse_unk", false);
+  cs.byte_tokens.fill(-1);
+  vocab.for_each([&](std::string_view spelling, int32_t id) {
+    std::string bytes;
+    for (size_t at = 0; at < spelling.size();) {
+      const size_t next = spelling.find(tok_detail::kMetaspace, at);
+      bytes.append(spelling.substr(at, next - at));
+      if (next == std::string_view::npos) break;
+      bytes.push_back(' ');
+      at = next + tok_detail::kMetaspace.size();
+    }
+    const std::optional<char> byte = cs.byte_fallback ? fallback_byte(spelling) : std::nullopt;
+    if (byte) cs.byte_tokens[static_cast<unsigned char>(*byte)] = id;
+    set_id(impl, id, byte ? std::string(1, *byte) : bytes);
+    size_t end = 0;
+    tok_detail::next_code_point(spelling, end);
+    if (!spelling.empty() && end == spelling.size()) cs.chars.set(spelling, id);
+  });
+  return cs;
+}
+
 void build_model(const json& model, tok_detail::TokenizerJson& file, TokenizerImpl& impl) {
-  check_bpe_options(model);
+  const bool sentencepiece = impl.metaspace.has_value();
+  check_bpe_options(model, sentencepiece);
   LS_REQUIRE(file.has_vocab && file.has_merges, ErrorKind::kModel,
              "tokenizer.json: BPE model needs a vocab object and a merges list");
   bool ignore_merges = flag(model, "ignore_merges", false);
+  LS_REQUIRE(!(sentencepiece && ignore_merges), ErrorKind::kModel,
+             "tokenizer.json: ignore_merges is not supported without a ByteLevel pre-tokenizer");
   tok_detail::FlatStringMap raw_vocab;  // all of it for ignore_merges, else the bytes
-  raw_vocab.reserve(ignore_merges ? file.vocab.size() : 256);
-  file.vocab.for_each([&](std::string_view spelling, int32_t id) {
-    std::optional<std::string> raw = tok_detail::byte_level_decode(spelling);
-    // A spelling outside the byte-level alphabet can never be produced by
-    // encoding; HF's decoder emits its UTF-8 as is.
-    set_id(impl, id, raw ? *raw : std::string(spelling));
-    if (raw && (ignore_merges || raw->size() == 1)) raw_vocab.set(*raw, id);
-  });
+  std::optional<tok_detail::CharSymbols> chars;
+  if (sentencepiece) {
+    chars = sentencepiece_vocab(model, file.vocab, impl);
+  } else {
+    raw_vocab.reserve(ignore_merges ? file.vocab.size() : 256);
+    file.vocab.for_each([&](std::string_view spelling, int32_t id) {
+      std::optional<std::string> raw = tok_detail::byte_level_decode(spelling);
+      // A spelling outside the byte-level alphabet can never be produced by
+      // encoding; HF's decoder emits its UTF-8 as is.
+      set_id(impl, id, raw ? *raw : std::string(spelling));
+      if (raw && (ignore_merges || raw->size() == 1)) raw_vocab.set(*raw, id);
+    });
+  }
   impl.spelling_to_id = std::move(file.vocab);
   std::vector<tok_detail::MergeIds> merges = std::move(file.merges);
   std::string joined;
@@ -161,7 +253,7 @@ void build_model(const json& model, tok_detail::TokenizerJson& file, TokenizerIm
     LS_REQUIRE(id >= 0, ErrorKind::kModel, "tokenizer.json: unk_token is not in the vocab");
     unk = id;
   }
-  impl.bpe = std::make_unique<tok_detail::BpeModel>(raw_vocab, merges, ignore_merges, unk);
+  impl.bpe = std::make_unique<tok_detail::BpeModel>(raw_vocab, merges, ignore_merges, unk, std::move(chars));
 }
 
 void add_added_tokens(const json& list, TokenizerImpl& impl) {
@@ -183,6 +275,7 @@ void add_added_tokens(const json& list, TokenizerImpl& impl) {
     if (t.normalized) {
       std::string pattern = t.content;
       if (impl.nfc_normalizer) tok_detail::nfc(t.content, pattern);
+      if (impl.metaspace) pattern = impl.metaspace_normalize(pattern).substr(impl.metaspace->prepend ? 3 : 0);
       impl.normalized_added.add(t, std::move(pattern));
     } else {
       impl.raw_added.add(t, t.content);
@@ -202,13 +295,12 @@ Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
   try {
     LS_REQUIRE(root.is_object() && root.contains("model"), ErrorKind::kModel,
                "{} has no \"model\"", path.string());
-    parse_normalizer(root.value("normalizer", json()), *impl);
-    bool byte_level = false;
+    Pipeline pipeline;
+    parse_normalizer(root.value("normalizer", json()), *impl, pipeline);
     json pre = root.value("pre_tokenizer", json());
-    if (!pre.is_null()) parse_pre_tokenizer(pre, *impl, byte_level);
-    LS_REQUIRE(byte_level, ErrorKind::kModel,
-               "tokenizer.json: only byte-level BPE is supported (no ByteLevel pre-tokenizer)");
-    parse_decoder(root.value("decoder", json()));
+    if (!pre.is_null()) parse_pre_tokenizer(pre, *impl, pipeline.byte_level);
+    parse_decoder(root.value("decoder", json()), pipeline);
+    check_pipeline(pipeline, *impl);
     for (const char* key : {"truncation", "padding"}) {
       if (root.contains(key) && !root[key].is_null()) {
         spdlog::warn("{}: \"{}\" is set and ignored", path.string(), key);

@@ -68,17 +68,31 @@ struct MergeIds {
   int32_t left, right, result;
 };
 
+// SentencePiece-style BPE (Llama 2, Mistral): a word starts as one symbol
+// per character, looked up by its spelling; a character outside the vocab
+// becomes the tokens <0xXX> of its UTF-8 bytes (byte_fallback, when they all
+// exist) or the unk token, consecutive unk tokens fused into one (fuse_unk).
+struct CharSymbols {
+  FlatStringMap chars;                   // one-character spelling -> id
+  std::array<int32_t, 256> byte_tokens;  // id of "<0xXX>", -1 when absent
+  bool byte_fallback = false;
+  bool fuse_unk = false;
+};
+
 class BpeModel {
  public:
   // vocab: raw-byte token -> id (tokens whose spelling is not byte-level are
   // left out by the caller); only used when ignore_merges is set, else only
-  // the single bytes are needed.
+  // the single bytes are needed. With char_symbols, words start as
+  // characters (see CharSymbols) instead of bytes.
   BpeModel(const FlatStringMap& vocab, const std::vector<MergeIds>& merges, bool ignore_merges,
-           std::optional<int32_t> unk_id);
+           std::optional<int32_t> unk_id, std::optional<CharSymbols> char_symbols = std::nullopt);
   // Appends the ids of one pre-token (raw bytes).
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
 
  private:
+  struct Symbol;
+  void initial_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
   FlatStringMap vocab_;
@@ -86,6 +100,7 @@ class BpeModel {
   std::array<int32_t, 256> byte_ids_{};
   bool ignore_merges_;
   std::optional<int32_t> unk_id_;
+  std::optional<CharSymbols> char_symbols_;
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };

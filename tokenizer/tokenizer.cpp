@@ -28,10 +28,26 @@ void TokenizerImpl::encode_pretokenized(std::string_view text, std::vector<int32
   for (auto [b, e] : pieces) bpe->encode_word(text.substr(b, e - b), out);
 }
 
+std::string TokenizerImpl::metaspace_normalize(std::string_view text) const {
+  std::string out;
+  if (text.empty()) return out;
+  if (metaspace->prepend) out.append(kMetaspace);
+  for (char c : text) {
+    if (c == ' ') out.append(kMetaspace);
+    else out.push_back(c);
+  }
+  return out;
+}
+
 void TokenizerImpl::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
   std::string normalized;
   std::string_view s = text;
   if (nfc_normalizer && nfc(text, normalized)) s = normalized;
+  std::string with_metaspace;
+  if (metaspace) {
+    with_metaspace = metaspace_normalize(s);
+    s = with_metaspace;
+  }
   if (normalized_added.empty()) {
     encode_pretokenized(s, out);
     return;
@@ -81,8 +97,12 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) out += token_bytes(id);
-  return out;
+  size_t strip = 0;
+  while (strip < out.size() && static_cast<int>(strip) < leading_spaces_stripped() && out[strip] == ' ') ++strip;
+  return out.erase(0, strip);
 }
+
+int Tokenizer::leading_spaces_stripped() const { return impl_->metaspace ? impl_->metaspace->strip_leading : 0; }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
 
@@ -129,6 +149,13 @@ std::string take_complete_utf8(std::string& bytes) {
 
 std::string StreamDecoder::push(int32_t id) {
   pending_ += tokenizer_->token_bytes(id);
+  for (; strip_left_ > 0 && !pending_.empty(); --strip_left_) {
+    if (pending_[0] != ' ') {
+      strip_left_ = 0;
+      break;
+    }
+    pending_.erase(0, 1);
+  }
   return take_complete_utf8(pending_);
 }
 

@@ -1,10 +1,13 @@
-// Hugging Face `tokenizer.json` loader and byte-level BPE tokenizer.
+// Hugging Face `tokenizer.json` loader and BPE tokenizer.
 //
-// Supported (what Llama-3, Qwen2 and Qwen3 ship): model BPE (merges as "a b"
-// strings or ["a", "b"] pairs, ignore_merges), normalizer null / NFC /
-// Sequence[NFC], pre-tokenizer Split(Regex|String, Isolated, invert false) and
-// ByteLevel (add_prefix_space false), alone or in a Sequence, decoder ByteLevel
-// (or null). Added tokens (special or not) are matched inside the text as
+// Supported: byte-level BPE as Llama-3, Qwen2 and Qwen3 ship it (model BPE
+// with merges as "a b" strings or ["a", "b"] pairs, ignore_merges;
+// normalizer null / NFC / Sequence[NFC]; pre-tokenizer Split(Regex|String,
+// Isolated, invert false) and ByteLevel (add_prefix_space false), alone or in
+// a Sequence; decoder ByteLevel or null), and SentencePiece-style BPE as
+// Llama 2 and Mistral ship it (normalizer Prepend("▁") and Replace(" ", "▁"),
+// no pre-tokenizer, BPE over characters with byte_fallback and fuse_unk,
+// decoder Replace("▁", " "), ByteFallback, Fuse, Strip(" ", n, 0)). Added tokens (special or not) are matched inside the text as
 // Hugging Face tokenizers does by default, honouring lstrip / rstrip /
 // single_word / normalized. Anything else is refused with ErrorKind::kModel
 // naming the unsupported type or option.
@@ -43,10 +46,14 @@ class Tokenizer {
   // special tokens written in the text are matched (HF's default).
   std::vector<int32_t> encode(std::string_view text) const;
 
-  // Raw bytes of the tokens, concatenated (special tokens as their text). May
-  // end in, or contain, incomplete UTF-8. Unknown ids are refused
-  // (kInvalidArgument).
+  // Raw bytes of the tokens, concatenated (special tokens as their text),
+  // less the leading spaces the decoder strips (SentencePiece-style: the one
+  // the normalizer prepended). May end in, or contain, incomplete UTF-8.
+  // Unknown ids are refused (kInvalidArgument).
   std::string decode(const std::vector<int32_t>& ids) const;
+
+  // How many leading spaces decode() drops from the start of a text.
+  int leading_spaces_stripped() const;
 
   // Raw bytes of one token; kInvalidArgument for an unknown id.
   const std::string& token_bytes(int32_t id) const;
@@ -55,7 +62,7 @@ class Tokenizer {
   int32_t vocab_size() const;
 
   // Id of a token written as in tokenizer.json (added token content, or a
-  // model vocabulary entry in its byte-level spelling such as "Ġthe").
+  // model vocabulary entry in its spelling such as "Ġthe" or "▁the").
   std::optional<int32_t> token_id(std::string_view token) const;
 
   // True when `id` is an added token marked special.
@@ -71,13 +78,15 @@ class Tokenizer {
 // that can never form valid UTF-8 come out as U+FFFD, so all output is valid.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+  explicit StreamDecoder(const Tokenizer& tokenizer)
+      : tokenizer_(&tokenizer), strip_left_(tokenizer.leading_spaces_stripped()) {}
   std::string push(int32_t id);
   // Whatever is still held back (an incomplete sequence becomes U+FFFD).
   std::string flush();
 
  private:
   const Tokenizer* tokenizer_;
+  int strip_left_;  // leading spaces still to drop, as decode() does
   std::string pending_;
 };
 

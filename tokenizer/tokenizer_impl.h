@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
@@ -25,8 +26,21 @@ struct TokenizerJson {
 };
 TokenizerJson read_tokenizer_json(const std::filesystem::path& path);  // json_reader.cpp
 
+// SentencePiece-style BPE (Llama 2, Mistral; no ByteLevel pre-tokenizer):
+// the normalizer writes spaces as U+2581 "▁" and puts one before each piece
+// of text between added tokens (Prepend), the whole piece is one BPE word,
+// and the decoder turns "▁" back into spaces, <0xXX> tokens into their
+// bytes, and drops the first leading space of the decoded text (Strip).
+inline constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581
+
+struct Metaspace {
+  bool prepend = false;   // normalizer Prepend("▁")
+  int strip_leading = 0;  // decoder Strip(" ", start = n, stop = 0)
+};
+
 struct TokenizerImpl {
   bool nfc_normalizer = false;
+  std::optional<Metaspace> metaspace;  // SentencePiece-style, else byte-level
   // Split pre-tokenizers applied in order (each splits every piece further).
   std::vector<std::unique_ptr<RegexSplitter>> splitters;
   std::unique_ptr<BpeModel> bpe;
@@ -38,6 +52,8 @@ struct TokenizerImpl {
   FlatStringMap spelling_to_id;  // as written in tokenizer.json
 
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // The Metaspace normalization of a piece of text (see Metaspace).
+  std::string metaspace_normalize(std::string_view text) const;
   void encode_pretokenized(std::string_view text, std::vector<int32_t>& out) const;
 };
 
