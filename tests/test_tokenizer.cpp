@@ -336,5 +336,43 @@ TEST(Tokenizer, SentencePieceStyleSpacesAndStreaming) {
   EXPECT_EQ(tok.token_id("\xE2\x96\x81Hello"), 22557);
 }
 
+// The other spelling of SentencePiece-style BPE (newer conversions of Llama
+// 2 and Mistral): no normalizer, a Metaspace pre-tokenizer (split false) with
+// prepend_scheme "first" or "always", a Metaspace decoder. Made from the
+// llama2 file; the refs came from Hugging Face tokenizers 0.23.2 on the same
+// rewrite (the corpus without the long document and the Unicode sweeps).
+TEST(Tokenizer, MetaspacePreTokenizerMatchesHuggingFace) {
+  const fs::path path = real_tokenizer_dir() / "llama2" / "tokenizer.json";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is absent: fetch it with scripts/fetch_tokenizers.sh";
+  const nlohmann::json original = nlohmann::json::parse(read_file(path));
+  for (const char* scheme : {"first", "always"}) {
+    nlohmann::json j = original;
+    const nlohmann::json metaspace = {
+        {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", scheme}, {"split", false}};
+    j["normalizer"] = nullptr;
+    j["pre_tokenizer"] = metaspace;
+    j["decoder"] = metaspace;
+    const fs::path rewritten = temp_path(std::string("metaspace_") + scheme + ".json");
+    std::ofstream(rewritten) << j.dump();
+    Tokenizer tok = Tokenizer::load(rewritten);
+    fs::remove(rewritten);
+    const std::string refs_name = std::string(scheme) == "first" ? "llama2_metaspace" : "llama2_ms_always";
+    int files = 0;
+    for (const auto& entry : fs::directory_iterator(data_dir() / "corpus")) {
+      const fs::path refs = data_dir() / "refs" / refs_name / (entry.path().stem().string() + ".ids");
+      if (!fs::exists(refs)) continue;
+      ++files;
+      EXPECT_EQ(tok.encode(read_file(entry.path())), read_ids(refs)) << scheme << " " << entry.path().filename();
+    }
+    EXPECT_GE(files, 14) << refs_name;
+    // A piece after an added token gets its "▁" under "always" only.
+    const std::vector<int32_t> after_added = tok.encode("<s>Hi</s> there");
+    EXPECT_EQ(after_added, (std::string(scheme) == "first" ? std::vector<int32_t>{1, 23809, 2, 736}
+                                                           : std::vector<int32_t>{1, 15359, 2, 736}));
+    EXPECT_EQ(tok.encode(" Hello"), (std::vector<int32_t>{22557}));  // no second "▁" before the space's
+    EXPECT_EQ(tok.decode({28705, 989}), " two");
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -1,7 +1,9 @@
 // Loading tokenizer.json: what is supported is built, anything else refused.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -41,7 +43,25 @@ struct Pipeline {
   bool spaces_to_metaspace = false;  // normalizer Replace(" ", "▁")
   bool metaspace_to_spaces = false;  // decoder Replace("▁", " ")
   int strip_leading = 0;             // decoder Strip(" ", n, 0)
+  // Metaspace pre-tokenizer: its prepend_scheme; decoder Metaspace: the same.
+  std::optional<std::string> metaspace_pre_tokenizer;
+  std::optional<std::string> metaspace_decoder;
 };
+
+// A Metaspace pre-tokenizer's or decoder's prepend scheme ("always", "first"
+// or "never"; older files say add_prefix_space instead), with "▁" for
+// spaces and (pre-tokenizer) no split into words.
+std::string metaspace_scheme(const json& j, bool pre_tokenizer) {
+  LS_REQUIRE(j.value("replacement", "") == tok_detail::kMetaspace, ErrorKind::kModel,
+             "tokenizer.json: Metaspace with a replacement other than \"▁\" is not supported");
+  LS_REQUIRE(!pre_tokenizer || !flag(j, "split", true), ErrorKind::kModel,
+             "tokenizer.json: Metaspace pre-tokenizer with split true is not supported");
+  std::string scheme = flag(j, "add_prefix_space", true) ? "always" : "never";
+  if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) scheme = j["prepend_scheme"].get<std::string>();
+  LS_REQUIRE(scheme == "always" || scheme == "first" || scheme == "never", ErrorKind::kModel,
+             "tokenizer.json: Metaspace prepend_scheme '{}' is not supported", scheme);
+  return scheme;
+}
 
 // A Replace normalizer or decoder: whether it maps `from` to `to`.
 bool replaces(const json& j, std::string_view from, std::string_view to) {
@@ -85,12 +105,15 @@ void parse_split(const json& j, TokenizerImpl& impl) {
   }
 }
 
-void parse_pre_tokenizer(const json& j, TokenizerImpl& impl, bool& byte_level) {
+void parse_pre_tokenizer(const json& j, TokenizerImpl& impl, Pipeline& pipeline) {
+  bool& byte_level = pipeline.byte_level;
   std::string type = type_of(j, "pre_tokenizer");
-  LS_REQUIRE(!byte_level, ErrorKind::kModel,
-             "tokenizer.json: pre-tokenizer '{}' after ByteLevel is not supported", type);
+  LS_REQUIRE(!byte_level && !pipeline.metaspace_pre_tokenizer, ErrorKind::kModel,
+             "tokenizer.json: pre-tokenizer '{}' after ByteLevel or Metaspace is not supported", type);
   if (type == "Sequence") {
-    for (const json& p : j.at("pretokenizers")) parse_pre_tokenizer(p, impl, byte_level);
+    for (const json& p : j.at("pretokenizers")) parse_pre_tokenizer(p, impl, pipeline);
+  } else if (type == "Metaspace") {
+    pipeline.metaspace_pre_tokenizer = metaspace_scheme(j, true);
   } else if (type == "Split") {
     parse_split(j, impl);
   } else if (type == "ByteLevel") {
@@ -114,6 +137,8 @@ void parse_decoder(const json& j, Pipeline& p) {
     p.byte_level_decoder = true;
   } else if (type == "Replace" && replaces(j, tok_detail::kMetaspace, " ")) {
     p.metaspace_to_spaces = true;
+  } else if (type == "Metaspace") {
+    p.metaspace_decoder = metaspace_scheme(j, false);
   } else if (type == "Strip" && j.at("content") == " " && j.at("stop") == 0 && j.at("start").is_number_integer()) {
     p.strip_leading = j["start"].get<int>();
   } else {
@@ -124,19 +149,32 @@ void parse_decoder(const json& j, Pipeline& p) {
 }
 
 // Byte-level BPE (Llama 3, Qwen) or SentencePiece-style BPE (Llama 2,
-// Mistral), nothing in between.
+// Mistral; see tok_detail::Metaspace for its two spellings), nothing in between.
 void check_pipeline(const Pipeline& p, TokenizerImpl& impl) {
-  const bool any_metaspace = p.prepend_metaspace || p.spaces_to_metaspace || p.metaspace_to_spaces;
+  using Prepend = tok_detail::Metaspace::Prepend;
+  const bool any_metaspace = p.prepend_metaspace || p.spaces_to_metaspace || p.metaspace_to_spaces ||
+                             p.metaspace_decoder || p.metaspace_pre_tokenizer;
   if (p.byte_level) {
     LS_REQUIRE(!any_metaspace && p.strip_leading == 0, ErrorKind::kModel,
                "tokenizer.json: a ByteLevel pre-tokenizer with \"▁\" normalizers or decoders is not supported");
     return;
   }
-  LS_REQUIRE(p.spaces_to_metaspace && p.metaspace_to_spaces && impl.splitters.empty() && !p.byte_level_decoder,
+  const bool decodes_metaspace = p.metaspace_to_spaces || p.metaspace_decoder;
+  const bool legacy = p.spaces_to_metaspace && !p.metaspace_pre_tokenizer;
+  const bool pre_tokenized = p.metaspace_pre_tokenizer && !p.spaces_to_metaspace && !p.prepend_metaspace;
+  LS_REQUIRE((legacy || pre_tokenized) && decodes_metaspace && impl.splitters.empty() && !p.byte_level_decoder,
              ErrorKind::kModel,
              "tokenizer.json: only byte-level BPE (a ByteLevel pre-tokenizer) or SentencePiece-style BPE (spaces "
-             "replaced by \"▁\", no pre-tokenizer) is supported");
-  impl.metaspace = tok_detail::Metaspace{.prepend = p.prepend_metaspace, .strip_leading = p.strip_leading};
+             "as \"▁\" by the normalizer or a Metaspace pre-tokenizer, decoded back) is supported");
+  tok_detail::Metaspace m{.in_normalizer = legacy, .strip_leading = p.strip_leading};
+  if (legacy) {
+    m.prepend = p.prepend_metaspace ? Prepend::kAlways : Prepend::kNever;
+  } else {
+    const std::string& scheme = *p.metaspace_pre_tokenizer;
+    m.prepend = scheme == "always" ? Prepend::kIfAbsent : scheme == "first" ? Prepend::kFirstIfAbsent : Prepend::kNever;
+  }
+  if (p.metaspace_decoder && *p.metaspace_decoder != "never") m.strip_leading = std::max(m.strip_leading, 1);
+  impl.metaspace = m;
 }
 
 void check_bpe_options(const json& model, bool sentencepiece) {
@@ -275,7 +313,8 @@ void add_added_tokens(const json& list, TokenizerImpl& impl) {
     if (t.normalized) {
       std::string pattern = t.content;
       if (impl.nfc_normalizer) tok_detail::nfc(t.content, pattern);
-      if (impl.metaspace) pattern = impl.metaspace_normalize(pattern).substr(impl.metaspace->prepend ? 3 : 0);
+      if (impl.metaspace && impl.metaspace->in_normalizer)  // spaces as "▁", nothing prepended
+        for (size_t at; (at = pattern.find(' ')) != std::string::npos;) pattern.replace(at, 1, tok_detail::kMetaspace);
       impl.normalized_added.add(t, std::move(pattern));
     } else {
       impl.raw_added.add(t, t.content);
@@ -298,7 +337,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
     Pipeline pipeline;
     parse_normalizer(root.value("normalizer", json()), *impl, pipeline);
     json pre = root.value("pre_tokenizer", json());
-    if (!pre.is_null()) parse_pre_tokenizer(pre, *impl, pipeline.byte_level);
+    if (!pre.is_null()) parse_pre_tokenizer(pre, *impl, pipeline);
     parse_decoder(root.value("decoder", json()), pipeline);
     check_pipeline(pipeline, *impl);
     for (const char* key : {"truncation", "padding"}) {

@@ -15,7 +15,11 @@ Tokenizer::~Tokenizer() = default;
 
 namespace tok_detail {
 
-void TokenizerImpl::encode_pretokenized(std::string_view text, std::vector<int32_t>& out) const {
+void TokenizerImpl::encode_pretokenized(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  if (metaspace && !metaspace->in_normalizer) {
+    bpe->encode_word(metaspace_normalize(text, at_start), out);
+    return;
+  }
   thread_local std::vector<std::pair<size_t, size_t>> pieces;
   thread_local std::vector<std::pair<size_t, size_t>> next;
   pieces.clear();
@@ -28,28 +32,32 @@ void TokenizerImpl::encode_pretokenized(std::string_view text, std::vector<int32
   for (auto [b, e] : pieces) bpe->encode_word(text.substr(b, e - b), out);
 }
 
-std::string TokenizerImpl::metaspace_normalize(std::string_view text) const {
+std::string TokenizerImpl::metaspace_normalize(std::string_view text, bool at_start) const {
   std::string out;
   if (text.empty()) return out;
-  if (metaspace->prepend) out.append(kMetaspace);
   for (char c : text) {
     if (c == ' ') out.append(kMetaspace);
     else out.push_back(c);
   }
+  using P = Metaspace::Prepend;
+  const bool absent = out.compare(0, kMetaspace.size(), kMetaspace) != 0;
+  const P p = metaspace->prepend;
+  if (p == P::kAlways || (absent && (p == P::kIfAbsent || (p == P::kFirstIfAbsent && at_start))))
+    out.insert(0, kMetaspace);
   return out;
 }
 
-void TokenizerImpl::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
+void TokenizerImpl::encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
   std::string normalized;
   std::string_view s = text;
   if (nfc_normalizer && nfc(text, normalized)) s = normalized;
   std::string with_metaspace;
-  if (metaspace) {
-    with_metaspace = metaspace_normalize(s);
+  if (metaspace && metaspace->in_normalizer) {
+    with_metaspace = metaspace_normalize(s, at_start);
     s = with_metaspace;
   }
   if (normalized_added.empty()) {
-    encode_pretokenized(s, out);
+    encode_pretokenized(s, at_start, out);
     return;
   }
   std::vector<Segment> segments;
@@ -58,7 +66,7 @@ void TokenizerImpl::encode_plain(std::string_view text, std::vector<int32_t>& ou
     if (seg.id >= 0) {
       out.push_back(seg.id);
     } else {
-      encode_pretokenized(s.substr(seg.begin, seg.end - seg.begin), out);
+      encode_pretokenized(s.substr(seg.begin, seg.end - seg.begin), at_start && seg.begin == 0, out);
     }
   }
 }
@@ -72,7 +80,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (impl_->raw_added.empty()) {
-    impl_->encode_plain(text, out);
+    impl_->encode_plain(text, true, out);
     return out;
   }
   std::vector<Segment> segments;
@@ -81,7 +89,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
     if (seg.id >= 0) {
       out.push_back(seg.id);
     } else {
-      impl_->encode_plain(text.substr(seg.begin, seg.end - seg.begin), out);
+      impl_->encode_plain(text.substr(seg.begin, seg.end - seg.begin), seg.begin == 0, out);
     }
   }
   return out;

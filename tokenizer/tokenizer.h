@@ -5,9 +5,11 @@
 // normalizer null / NFC / Sequence[NFC]; pre-tokenizer Split(Regex|String,
 // Isolated, invert false) and ByteLevel (add_prefix_space false), alone or in
 // a Sequence; decoder ByteLevel or null), and SentencePiece-style BPE as
-// Llama 2 and Mistral ship it (normalizer Prepend("▁") and Replace(" ", "▁"),
-// no pre-tokenizer, BPE over characters with byte_fallback and fuse_unk,
-// decoder Replace("▁", " "), ByteFallback, Fuse, Strip(" ", n, 0)). Added tokens (special or not) are matched inside the text as
+// Llama 2 and Mistral ship it: BPE over characters with byte_fallback and
+// fuse_unk, spaces as "▁" either by the normalizer Prepend("▁") +
+// Replace(" ", "▁") with the decoder Replace("▁", " "), ByteFallback, Fuse,
+// Strip(" ", n, 0), or by a Metaspace pre-tokenizer (split false,
+// prepend_scheme always / first / never) with a Metaspace decoder. Added tokens (special or not) are matched inside the text as
 // Hugging Face tokenizers does by default, honouring lstrip / rstrip /
 // single_word / normalized. Anything else is refused with ErrorKind::kModel
 // naming the unsupported type or option.

@@ -27,15 +27,22 @@ struct TokenizerJson {
 TokenizerJson read_tokenizer_json(const std::filesystem::path& path);  // json_reader.cpp
 
 // SentencePiece-style BPE (Llama 2, Mistral; no ByteLevel pre-tokenizer):
-// the normalizer writes spaces as U+2581 "▁" and puts one before each piece
-// of text between added tokens (Prepend), the whole piece is one BPE word,
-// and the decoder turns "▁" back into spaces, <0xXX> tokens into their
-// bytes, and drops the first leading space of the decoded text (Strip).
+// spaces are written as U+2581 "▁" and one is put before a piece of text,
+// the whole piece is one BPE word, and the decoder turns "▁" back into
+// spaces, <0xXX> tokens into their bytes, and drops the leading space. Two
+// spellings of it: the normalizer Prepend("▁") + Replace(" ", "▁") (on
+// every piece between raw added tokens, before the normalized ones are
+// matched) with the decoder Strip(" ", n, 0), or the Metaspace pre-tokenizer
+// (on every piece between added tokens; prepend_scheme "always" or "first":
+// only a piece at the start of the input, and never before a "▁") with the
+// Metaspace decoder.
 inline constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581
 
 struct Metaspace {
-  bool prepend = false;   // normalizer Prepend("▁")
-  int strip_leading = 0;  // decoder Strip(" ", start = n, stop = 0)
+  enum class Prepend { kNever, kAlways, kIfAbsent, kFirstIfAbsent };
+  bool in_normalizer = true;  // else the pre-tokenizer
+  Prepend prepend = Prepend::kNever;
+  int strip_leading = 0;  // leading spaces the decoder drops
 };
 
 struct TokenizerImpl {
@@ -51,10 +58,11 @@ struct TokenizerImpl {
   std::vector<bool> id_special;
   FlatStringMap spelling_to_id;  // as written in tokenizer.json
 
-  void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
-  // The Metaspace normalization of a piece of text (see Metaspace).
-  std::string metaspace_normalize(std::string_view text) const;
-  void encode_pretokenized(std::string_view text, std::vector<int32_t>& out) const;
+  // at_start: the piece begins the input (for prepend_scheme "first").
+  void encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  // A piece of text with spaces as "▁" and the one put before it (Metaspace).
+  std::string metaspace_normalize(std::string_view text, bool at_start) const;
+  void encode_pretokenized(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
 };
 
 }  // namespace lockstep::tok_detail
