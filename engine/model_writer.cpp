@@ -104,6 +104,9 @@ ordered_json config_json(const ModelConfig& c, DType dtype, ConfigStyle style) {
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   if (c.arch != Arch::kQwen2) j["attention_bias"] = c.o_bias;
   if (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3) j["use_sliding_window"] = false;
+  // Mistral without the key means transformers' default window of 4096.
+  if (c.arch == Arch::kMistral)
+    j["sliding_window"] = c.sliding_window > 0 ? ordered_json(c.sliding_window) : ordered_json(nullptr);
   j["bos_token_id"] = c.bos_token_id;
   j["eos_token_id"] = c.eos_token_ids.size() == 1 ? ordered_json(c.eos_token_ids[0]) : ordered_json(c.eos_token_ids);
   ordered_json rope;
