@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <set>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "kernels/cpu_threads.h"
 #if LOCKSTEP_WITH_CUDA
 #include "tp/cuda/nccl_communicator.h"
 #endif
@@ -27,6 +29,7 @@ void EngineOptions::validate() const {
              "unknown --comm '{}' (auto, single, mpi, nccl)", comm);
   for (int d : devices) LS_REQUIRE(d >= 0, ErrorKind::kInvalidArgument, "--devices: bad device index {}", d);
   LS_REQUIRE(collective_timeout_s > 0, ErrorKind::kInvalidArgument, "--collective-timeout must be positive");
+  LS_REQUIRE(threads >= 0, ErrorKind::kInvalidArgument, "--threads must be >= 0 (0: automatic), got {}", threads);
   LS_REQUIRE(max_seq_len >= 0, ErrorKind::kInvalidArgument, "--max-seq-len must be >= 0, got {}", max_seq_len);
   LS_REQUIRE(max_batch >= 1, ErrorKind::kInvalidArgument, "--max-batch must be >= 1, got {}", max_batch);
   LS_REQUIRE(max_step_tokens >= 1, ErrorKind::kInvalidArgument, "step token limit must be >= 1, got {}",
@@ -35,10 +38,11 @@ void EngineOptions::validate() const {
 }
 
 std::string EngineOptions::summary() const {
-  return fmt::format("model={} backend={} dtype={} eager={} pdl={} sync_steps={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={}",
+  return fmt::format("model={} backend={} dtype={} eager={} pdl={} sync_steps={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={} threads={}",
                      model_dir.string(), backend, dtype, eager, !no_pdl, sync_steps, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
                      max_batch, max_step_tokens,
-                     kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes));
+                     kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes),
+                     threads == 0 ? std::string("auto") : std::to_string(threads));
 }
 
 std::string default_backend() {
@@ -54,6 +58,9 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const TensorStore&
   if (o.backend == "cpu") {
     LS_REQUIRE(o.dtype == "auto" || parse_dtype_name(o.dtype) == DType::kF32, ErrorKind::kInvalidArgument,
                "the cpu backend computes in float32; --dtype {} needs --backend cuda", o.dtype);
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    cpu::set_threads(o.threads > 0 ? o.threads : std::max(1, cores / std::max(1, o.local_ranks)));
+    spdlog::info("cpu backend: {} thread(s)", cpu::threads());
     return make_cpu_backend();
   }
   // validate() admits "cuda" only in builds with CUDA.

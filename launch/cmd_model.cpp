@@ -54,6 +54,8 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
       ->capture_default_str();
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
                   "KV cache length (default: the model's max_position_embeddings or sliding window, capped by memory)");
+  cmd->add_option("--threads", c.engine.threads,
+                  "CPU backend: threads per rank (default: this host's cores divided by its ranks)");
   cmd->add_option("--diag", c.diag, "comma-separated diagnostics: shapes,attn,timing,numerics");
 }
 

@@ -201,6 +201,17 @@ TEST_F(Cli, SlidingWindowLimitsTheContext) {
   expect_clean_failure(generate(model, "--prompt-ids 1,2,3 --max-new-tokens 20 --ignore-eos"), {"16"});
 }
 
+TEST_F(Cli, ThreadsAreCheckedAndDoNotChangeTheTokens) {
+  auto model = make_model("m");
+  expect_clean_failure(generate(model, "--prompt-ids 1 --threads -1"), {"--threads", "-1"});
+  CommandResult one = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 8 --ignore-eos --threads 1");
+  CommandResult three = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 8 --ignore-eos --threads 3");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_EQ(one.out, three.out);
+  EXPECT_NE(three.err.find("3 thread(s)"), std::string::npos) << three.err;
+}
+
 TEST_F(Cli, UnsupportedArchitectureAndRope) {
   auto model = make_model("m");
   rewrite_config(model, [](nlohmann::json& j) { j["architectures"] = {"PhiForCausalLM"}; });

@@ -12,6 +12,7 @@
 
 #include "engine/config.h"
 #include "kernels/attention.h"
+#include "kernels/cpu_threads.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
 #include "kernels/rms_norm.h"
@@ -366,6 +367,38 @@ TEST(LinearStages, SameAsTheOpsInSequence) {
   cpu::silu_mul(SiluMulParams{.gate_up = want_y.data(), .out = want_act.data(), .rows = rows, .inter = inter});
   EXPECT_EQ(res_out, want_res);
   EXPECT_EQ(act, want_act);
+}
+
+// The CPU ops split their outputs over threads; every output is computed as
+// with one thread, so the results are identical to the bit.
+TEST(CpuThreads, ResultsDoNotDependOnTheCount) {
+  const int before = cpu::threads();
+  const int64_t rows = 5, in = 300, out = 517;
+  auto x = random_vector(rows * in, 31), w = random_vector(out * in, 32), b = random_vector(out, 33);
+  const KvCacheShape cs{.num_slots = 1, .max_seq = 64, .num_kv_heads = 2, .head_dim = 16};
+  const int64_t heads = 6, tokens = 40, width = (heads + 2 * cs.num_kv_heads) * cs.head_dim;
+  auto qkv = random_vector(tokens * width, 34, -2.0f, 2.0f);
+  std::vector<int32_t> slots(tokens, 0), pos(tokens);
+  for (int32_t t = 0; t < tokens; ++t) pos[static_cast<size_t>(t)] = t;
+  std::vector<float> k(cs.slot_stride()), v(k.size());
+  cpu::kv_append(KvAppendParams{.qkv = qkv.data(), .k_cache = k.data(), .v_cache = v.data(), .slots = slots.data(),
+                                .positions = pos.data(), .tokens = tokens, .num_heads = heads, .cache = cs});
+  const auto run = [&](int threads) {
+    cpu::set_threads(threads);
+    std::vector<float> y(rows * out), attn(tokens * heads * cs.head_dim);
+    cpu::linear(LinearParams{.x = x.data(), .weight = w.data(), .bias = b.data(), .y = y.data(), .rows = rows,
+                             .in_features = in, .out_features = out});
+    cpu::attention(AttentionParams{.qkv = qkv.data(), .k_cache = k.data(), .v_cache = v.data(), .slots = slots.data(),
+                                   .positions = pos.data(), .out = attn.data(), .tokens = tokens, .num_heads = heads,
+                                   .cache = cs, .scale = 0.25f});
+    y.insert(y.end(), attn.begin(), attn.end());
+    return y;
+  };
+  const std::vector<float> one = run(1);
+  EXPECT_EQ(cpu::threads(), 1);
+  for (int threads : {2, 3, 8}) EXPECT_EQ(run(threads), one) << threads << " threads";
+  cpu::set_threads(before);
+  EXPECT_THROW(cpu::set_threads(0), Error);
 }
 
 }  // namespace

@@ -45,12 +45,16 @@ void attention(const AttentionParams& p) {
   const auto* kc = static_cast<const float*>(p.k_cache);
   const auto* vc = static_cast<const float*>(p.v_cache);
   auto* out = static_cast<float*>(p.out);
-  std::vector<float> scores(static_cast<size_t>(c.max_seq));
-  std::vector<double> acc(static_cast<size_t>(c.head_dim));
-  for (int64_t t = 0; t < p.tokens; ++t) {
-    check_token(c, p.slots[t], p.positions[t]);
-    const int64_t len = p.positions[t] + 1;
-    for (int64_t h = 0; h < p.num_heads; ++h) {
+  for (int64_t t = 0; t < p.tokens; ++t) check_token(c, p.slots[t], p.positions[t]);
+  // (token, head) pairs over the CPU threads, each with its own scratch.
+#pragma omp parallel if (p.tokens * p.num_heads > 1)
+  {
+    std::vector<float> scores(static_cast<size_t>(c.max_seq));
+    std::vector<double> acc(static_cast<size_t>(c.head_dim));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t th = 0; th < p.tokens * p.num_heads; ++th) {
+      const int64_t t = th / p.num_heads, h = th % p.num_heads;
+      const int64_t len = p.positions[t] + 1;
       const float* q = qkv + t * p.qkv_stride() + h * c.head_dim;
       const int64_t kvh = h / group;
       float max_score = -INFINITY;

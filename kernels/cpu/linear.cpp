@@ -8,8 +8,9 @@
 namespace lockstep::cpu {
 
 // Loops over output features outermost so each weight row is read from memory
-// once and reused from cache for every input row. The optional stages run as
-// their own ops, before and after.
+// once and reused from cache for every input row; the features are split over
+// the CPU threads (kernels/cpu_threads.h) when the product is large enough to
+// pay for them. The optional stages run as their own ops, before and after.
 void linear(const LinearParams& p) {
   p.validate();
   if (p.input_norm) rms_norm(*p.input_norm);
@@ -20,6 +21,8 @@ void linear(const LinearParams& p) {
   const auto* bias = static_cast<const float*>(p.bias);
   auto* y = static_cast<float*>(p.y);
   const int64_t xs = p.x_row_stride();
+  [[maybe_unused]] const bool parallel = p.out_features * p.in_features * p.rows >= (int64_t{1} << 16);
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t o = 0; o < p.out_features; ++o) {
     const float* wr = w + o * p.in_features;
     float b = bias != nullptr ? bias[o] : 0.0f;
