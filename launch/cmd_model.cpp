@@ -95,6 +95,7 @@ struct TextOptions {
   std::string prompt;
   std::string prompt_file;
   std::string tokenizer;
+  bool no_special_tokens = false;  // else the tokenizer's post-processor adds its BOS (as HF's default)
   bool text() const { return !prompt.empty() || !prompt_file.empty(); }
 };
 
@@ -116,6 +117,7 @@ std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions&
   Tokenizer tokenizer = Tokenizer::load(t.tokenizer.empty() ? c.engine.model_dir / "tokenizer.json"
                                                             : std::filesystem::path(t.tokenizer));
   request.prompt = tokenizer.encode(t.prompt.empty() ? read_prompt_file(t.prompt_file) : t.prompt);
+  if (!t.no_special_tokens) request.prompt = tokenizer.with_special_tokens(request.prompt);
   return tokenizer;
 }
 
@@ -173,6 +175,9 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   g->add_option("--prompt", text->prompt, "prompt text (streams text out)");
   g->add_option("--prompt-file", text->prompt_file, "file holding the prompt text");
   g->add_option("--tokenizer", text->tokenizer, "tokenizer.json (default: the model folder's)");
+  g->add_flag("--no-special-tokens", text->no_special_tokens,
+              "--prompt: no special tokens around the text (default: those of the tokenizer's post-processor, "
+              "e.g. a BOS)");
   g->add_flag("--sync-steps", gen->engine.sync_steps,
               "queue each decode step only once the last one's tokens are in (default: one step ahead)");
   g->add_option("--max-new-tokens", request->max_new_tokens, "tokens to generate")->capture_default_str();

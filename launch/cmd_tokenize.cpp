@@ -27,6 +27,7 @@ namespace {
 struct TokenizeOptions {
   std::string tokenizer;
   std::string text_file;
+  bool special_tokens = false;
 };
 
 struct DetokenizeOptions {
@@ -83,14 +84,17 @@ void write_stdout(const std::string& bytes) {
 void add_tokenize_commands(CLI::App& root, CommandTable& table) {
   auto tok_opts = std::make_shared<TokenizeOptions>();
   CLI::App* tokenize = root.add_subcommand(
-      "tokenize", "Print the token ids of a text file's whole content (no special tokens added)");
+      "tokenize", "Print the token ids of a text file's whole content (no special tokens added unless asked)");
   tokenize->add_option("--tokenizer", tok_opts->tokenizer, "tokenizer.json, or a model folder with one")
       ->required();
   tokenize->add_option("--text-file", tok_opts->text_file, "UTF-8 text file ('-': standard input)")
       ->required();
+  tokenize->add_flag("--special-tokens", tok_opts->special_tokens,
+                     "add the special tokens of the tokenizer's post-processor (e.g. a BOS), as generate --prompt does");
   table.add(tokenize, [tok_opts] {
     Tokenizer tokenizer = Tokenizer::load(tok_opts->tokenizer);
     std::vector<int32_t> ids = tokenizer.encode(read_text_file(tok_opts->text_file));
+    if (tok_opts->special_tokens) ids = tokenizer.with_special_tokens(ids);
     std::string line = fmt::format("{}\n", fmt::join(ids, " "));
     write_stdout(line);
     return 0;

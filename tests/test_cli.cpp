@@ -201,6 +201,42 @@ TEST_F(Cli, SlidingWindowLimitsTheContext) {
   expect_clean_failure(generate(model, "--prompt-ids 1,2,3 --max-new-tokens 20 --ignore-eos"), {"16"});
 }
 
+// --prompt puts the tokenizer's post-processor tokens (here a BOS) around the
+// text unless --no-special-tokens: the same tokens as --prompt-ids with them.
+TEST_F(Cli, TextPromptGetsThePostProcessorsBos) {
+  auto model = make_model("m");
+  const auto tok_path = model / "tokenizer.json";
+  nlohmann::json t = nlohmann::json::parse(read_file(tok_path));
+  const int32_t bos = Tokenizer::load(tok_path).token_id("<|begin_of_text|>").value();
+  t["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                         {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {bos}}}}}}};
+  std::ofstream(tok_path) << t.dump();
+  const std::vector<int32_t> text_ids = Tokenizer::load(tok_path).encode("Once upon a time");
+  std::string text_csv;
+  for (int32_t id : text_ids) text_csv.append(text_csv.empty() ? "" : ",").append(std::to_string(id));
+  const std::string args = " --max-new-tokens 5 --ignore-eos";
+  CommandResult with_bos = generate(model, std::string("--prompt-ids ").append(std::to_string(bos)).append(",").append(text_csv).append(args));
+  CommandResult without_bos = generate(model, std::string("--prompt-ids ").append(text_csv).append(args));
+  ASSERT_EQ(with_bos.exit_code, 0) << with_bos.err;
+  ASSERT_EQ(without_bos.exit_code, 0) << without_bos.err;
+  ASSERT_NE(with_bos.out, without_bos.out);  // the BOS changes what a random model says
+  const auto as_text = [&](const std::string& ids_out) {
+    Tokenizer tokenizer = Tokenizer::load(tok_path);
+    StreamDecoder decoder(tokenizer);
+    std::istringstream in(ids_out);
+    std::string text;
+    for (int32_t id; in >> id;) text += decoder.push(id);
+    return text + decoder.flush() + "\n";
+  };
+  CommandResult by_text = generate(model, std::string("--prompt 'Once upon a time'").append(args));
+  CommandResult raw = generate(model, std::string("--prompt 'Once upon a time' --no-special-tokens").append(args));
+  ASSERT_EQ(by_text.exit_code, 0) << by_text.err;
+  EXPECT_EQ(by_text.out, as_text(with_bos.out));
+  EXPECT_EQ(raw.out, as_text(without_bos.out));
+}
+
 TEST_F(Cli, ThreadsAreCheckedAndDoNotChangeTheTokens) {
   auto model = make_model("m");
   expect_clean_failure(generate(model, "--prompt-ids 1 --threads -1"), {"--threads", "-1"});

@@ -374,5 +374,42 @@ TEST(Tokenizer, MetaspacePreTokenizerMatchesHuggingFace) {
   }
 }
 
+// The post-processor's special tokens for one text (HF's
+// add_special_tokens=True): TemplateProcessing's "single" template around
+// the ids; nothing for ByteLevel; other types refused by name.
+TEST(Tokenizer, PostProcessorTemplateAddsItsSpecialTokens) {
+  const fs::path fixture = data_dir() / "fixtures" / "gen300.json";
+  Tokenizer plain = Tokenizer::load(fixture);  // post_processor ByteLevel
+  const std::vector<int32_t> ids = plain.encode("Once upon a time");
+  EXPECT_EQ(plain.with_special_tokens(ids), ids);
+  nlohmann::json j = nlohmann::json::parse(read_file(fixture));
+  const nlohmann::json byte_level = j["post_processor"];
+  j["post_processor"] = {
+      {"type", "Sequence"},
+      {"processors",
+       {byte_level,
+        {{"type", "TemplateProcessing"},
+         {"single",
+          {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+           {{"SpecialToken", {{"id", "<|end_of_text|>"}, {"type_id", 0}}}}}},
+         {"special_tokens",
+          {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {298}}, {"tokens", {"<|begin_of_text|>"}}}},
+           {"<|end_of_text|>", {{"id", "<|end_of_text|>"}, {"ids", {299}}, {"tokens", {"<|end_of_text|>"}}}}}}}}}};
+  const fs::path templated = temp_path("templated.json");
+  std::ofstream(templated) << j.dump();
+  Tokenizer tok = Tokenizer::load(templated);
+  std::vector<int32_t> want = {298};
+  want.insert(want.end(), ids.begin(), ids.end());
+  want.push_back(299);
+  EXPECT_EQ(tok.with_special_tokens(tok.encode("Once upon a time")), want);
+  fs::remove(templated);
+  expect_refused([](nlohmann::json& j2) { j2["post_processor"] = {{"type", "BertProcessing"}}; }, "BertProcessing");
+  const fs::path llama2 = real_tokenizer_dir() / "llama2" / "tokenizer.json";
+  if (fs::exists(llama2)) {
+    EXPECT_EQ(Tokenizer::load(llama2).with_special_tokens({22557}), (std::vector<int32_t>{1, 22557}));
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

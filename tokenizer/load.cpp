@@ -322,6 +322,33 @@ void add_added_tokens(const json& list, TokenizerImpl& impl) {
   }
 }
 
+// The post-processor: ByteLevel changes only offsets; TemplateProcessing's
+// "single" template gives the special tokens around a text.
+void parse_post_processor(const json& j, TokenizerImpl& impl) {
+  if (j.is_null()) return;
+  const std::string type = type_of(j, "post_processor");
+  if (type == "Sequence") {
+    for (const json& p : j.at("processors")) parse_post_processor(p, impl);
+    return;
+  }
+  if (type == "ByteLevel") return;
+  LS_REQUIRE(type == "TemplateProcessing", ErrorKind::kModel,
+             "tokenizer.json: post_processor type '{}' is not supported (ByteLevel, TemplateProcessing)", type);
+  bool seen_text = false;
+  for (const json& piece : j.at("single")) {
+    if (piece.contains("Sequence")) {
+      seen_text = true;
+      continue;
+    }
+    const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+    const json& special = j.at("special_tokens");
+    LS_REQUIRE(special.contains(name), ErrorKind::kModel,
+               "tokenizer.json: TemplateProcessing uses '{}', which its special_tokens do not define", name);
+    for (const json& id : special[name].at("ids"))
+      (seen_text ? impl.template_suffix : impl.template_prefix).push_back(checked_id(id, name));
+  }
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
@@ -347,6 +374,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
     }
     build_model(root["model"], file, *impl);
     add_added_tokens(root.value("added_tokens", json()), *impl);
+    parse_post_processor(root.value("post_processor", json()), *impl);
   } catch (const json::exception& e) {
     LS_FAIL(ErrorKind::kModel, "{}: unexpected structure: {}", path.string(), e.what());
   }

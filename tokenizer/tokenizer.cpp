@@ -95,6 +95,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   return out;
 }
 
+std::vector<int32_t> Tokenizer::with_special_tokens(const std::vector<int32_t>& ids) const {
+  std::vector<int32_t> out = impl_->template_prefix;
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.insert(out.end(), impl_->template_suffix.begin(), impl_->template_suffix.end());
+  return out;
+}
+
 const std::string& Tokenizer::token_bytes(int32_t id) const {
   LS_REQUIRE(id >= 0 && id < vocab_size() && impl_->id_known[static_cast<size_t>(id)],
              ErrorKind::kInvalidArgument, "token id {} is not in the tokenizer's vocabulary (size {})",

@@ -48,6 +48,11 @@ class Tokenizer {
   // special tokens written in the text are matched (HF's default).
   std::vector<int32_t> encode(std::string_view text) const;
 
+  // `ids` with the special tokens the tokenizer's post-processor puts around
+  // a single text (TemplateProcessing: Llama's BOS; none for ByteLevel or a
+  // null post-processor), as Hugging Face's add_special_tokens=True does.
+  std::vector<int32_t> with_special_tokens(const std::vector<int32_t>& ids) const;
+
   // Raw bytes of the tokens, concatenated (special tokens as their text),
   // less the leading spaces the decoder strips (SentencePiece-style: the one
   // the normalizer prepended). May end in, or contain, incomplete UTF-8.

@@ -57,6 +57,9 @@ struct TokenizerImpl {
   std::vector<bool> id_known;
   std::vector<bool> id_special;
   FlatStringMap spelling_to_id;  // as written in tokenizer.json
+  // The post-processor's TemplateProcessing for a single text: the ids of
+  // the special tokens before and after it (e.g. Llama's BOS).
+  std::vector<int32_t> template_prefix, template_suffix;
 
   // at_start: the piece begins the input (for prepend_scheme "first").
   void encode_plain(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
