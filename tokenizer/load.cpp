@@ -236,17 +236,9 @@ tok_detail::CharSymbols sentencepiece_vocab(const json& model, const tok_detail:
   cs.fuse_unk = flag(model, "fuse_unk", false);
   cs.byte_tokens.fill(-1);
   vocab.for_each([&](std::string_view spelling, int32_t id) {
-    std::string bytes;
-    for (size_t at = 0; at < spelling.size();) {
-      const size_t next = spelling.find(tok_detail::kMetaspace, at);
-      bytes.append(spelling.substr(at, next - at));
-      if (next == std::string_view::npos) break;
-      bytes.push_back(' ');
-      at = next + tok_detail::kMetaspace.size();
-    }
     const std::optional<char> byte = cs.byte_fallback ? fallback_byte(spelling) : std::nullopt;
     if (byte) cs.byte_tokens[static_cast<unsigned char>(*byte)] = id;
-    set_id(impl, id, byte ? std::string(1, *byte) : bytes);
+    set_id(impl, id, byte ? std::string(1, *byte) : tok_detail::replace_all(spelling, tok_detail::kMetaspace, " "));
     size_t end = 0;
     tok_detail::next_code_point(spelling, end);
     if (!spelling.empty() && end == spelling.size()) cs.chars.set(spelling, id);
@@ -314,7 +306,7 @@ void add_added_tokens(const json& list, TokenizerImpl& impl) {
       std::string pattern = t.content;
       if (impl.nfc_normalizer) tok_detail::nfc(t.content, pattern);
       if (impl.metaspace && impl.metaspace->in_normalizer)  // spaces as "▁", nothing prepended
-        for (size_t at; (at = pattern.find(' ')) != std::string::npos;) pattern.replace(at, 1, tok_detail::kMetaspace);
+        pattern = tok_detail::replace_all(pattern, " ", tok_detail::kMetaspace);
       impl.normalized_added.add(t, std::move(pattern));
     } else {
       impl.raw_added.add(t, t.content);

@@ -37,6 +37,10 @@ const ByteLevelTable& byte_level_table();
 // Byte-level spelling -> raw bytes; nullopt when a char is outside the table.
 std::optional<std::string> byte_level_decode(std::string_view token);
 std::string byte_level_encode(std::string_view bytes);
+// `s` with every `from` (not empty) replaced by `to`.
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to);
+// How many of the first `most` bytes of `s` are spaces before anything else.
+size_t leading_spaces(std::string_view s, size_t most);
 
 // ---- Regex split (regex_split.cpp) -----------------------------------------
 

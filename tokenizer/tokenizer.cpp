@@ -33,12 +33,8 @@ void TokenizerImpl::encode_pretokenized(std::string_view text, bool at_start, st
 }
 
 std::string TokenizerImpl::metaspace_normalize(std::string_view text, bool at_start) const {
-  std::string out;
-  if (text.empty()) return out;
-  for (char c : text) {
-    if (c == ' ') out.append(kMetaspace);
-    else out.push_back(c);
-  }
+  if (text.empty()) return {};
+  std::string out = replace_all(text, " ", kMetaspace);
   using P = Metaspace::Prepend;
   const bool absent = out.compare(0, kMetaspace.size(), kMetaspace) != 0;
   const P p = metaspace->prepend;
@@ -112,9 +108,7 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) out += token_bytes(id);
-  size_t strip = 0;
-  while (strip < out.size() && static_cast<int>(strip) < leading_spaces_stripped() && out[strip] == ' ') ++strip;
-  return out.erase(0, strip);
+  return out.erase(0, tok_detail::leading_spaces(out, static_cast<size_t>(leading_spaces_stripped())));
 }
 
 int Tokenizer::leading_spaces_stripped() const { return impl_->metaspace ? impl_->metaspace->strip_leading : 0; }
@@ -164,12 +158,11 @@ std::string take_complete_utf8(std::string& bytes) {
 
 std::string StreamDecoder::push(int32_t id) {
   pending_ += tokenizer_->token_bytes(id);
-  for (; strip_left_ > 0 && !pending_.empty(); --strip_left_) {
-    if (pending_[0] != ' ') {
-      strip_left_ = 0;
-      break;
-    }
-    pending_.erase(0, 1);
+  if (strip_left_ > 0 && !pending_.empty()) {
+    const size_t spaces = tok_detail::leading_spaces(pending_, static_cast<size_t>(strip_left_));
+    pending_.erase(0, spaces);
+    // Past the first non-space byte nothing more is stripped.
+    strip_left_ = pending_.empty() ? strip_left_ - static_cast<int>(spaces) : 0;
   }
   return take_complete_utf8(pending_);
 }

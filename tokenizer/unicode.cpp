@@ -244,4 +244,21 @@ std::string byte_level_encode(std::string_view bytes) {
   return out;
 }
 
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  for (size_t at = 0;;) {
+    const size_t next = s.find(from, at);
+    out.append(s.substr(at, next - at));
+    if (next == std::string_view::npos) return out;
+    out.append(to);
+    at = next + from.size();
+  }
+}
+
+size_t leading_spaces(std::string_view s, size_t most) {
+  size_t n = 0;
+  while (n < s.size() && n < most && s[n] == ' ') ++n;
+  return n;
+}
+
 }  // namespace lockstep::tok_detail
