@@ -49,6 +49,9 @@ class Backend {
   virtual DType weight_dtype() const = 0;  // weights as stored on the backend
 
   virtual Buffer alloc(int64_t bytes) = 0;
+  // Whether alloc() returns host memory the host may write directly (the
+  // CPU), so that loading fills it in place rather than through to_backend.
+  virtual bool host_memory() const { return false; }
   virtual void to_backend(void* dst, const void* host_src, int64_t bytes) = 0;
   virtual void to_host(void* host_dst, const void* src, int64_t bytes) = 0;
   // Converts float32 host values to `dtype` and places them on the backend.

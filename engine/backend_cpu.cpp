@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   DType act_dtype() const override { return DType::kF32; }
   DType weight_dtype() const override { return DType::kF32; }
+  bool host_memory() const override { return true; }
 
   Buffer alloc(int64_t bytes) override {
     size_t size = static_cast<size_t>(bytes > 0 ? bytes : 1);

@@ -55,12 +55,14 @@ std::string default_backend() {
 namespace {
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& o, const TensorStore& store) {
+  // The host threads of this rank: the CPU backend's ops and, on every
+  // backend, the conversion of the weights as they load.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu::set_threads(o.threads > 0 ? o.threads : std::max(1, cores / std::max(1, o.local_ranks)));
+  spdlog::info("{} host thread(s)", cpu::threads());
   if (o.backend == "cpu") {
     LS_REQUIRE(o.dtype == "auto" || parse_dtype_name(o.dtype) == DType::kF32, ErrorKind::kInvalidArgument,
                "the cpu backend computes in float32; --dtype {} needs --backend cuda", o.dtype);
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    cpu::set_threads(o.threads > 0 ? o.threads : std::max(1, cores / std::max(1, o.local_ranks)));
-    spdlog::info("cpu backend: {} thread(s)", cpu::threads());
     return make_cpu_backend();
   }
   // validate() admits "cuda" only in builds with CUDA.

@@ -36,7 +36,7 @@ struct EngineOptions {
   int64_t max_batch = 1;         // sequences at once
   int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
   int64_t kv_cache_bytes = 0;    // 0: a quarter of this machine's memory, shared by its ranks
-  int threads = 0;               // CPU backend threads per rank (0: this host's cores / its ranks)
+  int threads = 0;               // host threads per rank: CPU ops, weight loading (0: this host's cores / its ranks)
   bool eager = false;            // no graphs: launch every op of every step
   bool no_pdl = false;           // CUDA: no launch overlap (programmatic dependent launch)
   bool sync_steps = false;       // generate: no decode step queued before the last one's tokens are in (Generator)

@@ -42,43 +42,49 @@ class WeightReader {
   Buffer rows(const std::vector<RowSlice>& slices, int64_t cols, DType dtype) {
     int64_t total = 0;
     for (const auto& s : slices) total += s.count;
-    std::vector<float> host(static_cast<size_t>(total * cols), 0.0f);
+    const auto row_bytes = cols * static_cast<int64_t>(dtype_size(dtype));
+    Target t = target(total * row_bytes);
     int64_t at = 0;
     for (const auto& s : slices) {
-      read_sharded(s.name, s.begin, s.begin + s.count, 0, cols, host.data() + at * cols);
+      read_sharded(s.name, s.begin, s.begin + s.count, 0, cols, dtype, t.host + at * row_bytes);
       at += s.count;
     }
-    return backend_.upload(host, dtype);
+    return finish(std::move(t));
   }
 
   DType weight_dtype() const { return backend_.weight_dtype(); }
 
   // Columns [begin, begin + count) of a [rows, cols] tensor.
   Buffer cols(const std::string& name, int64_t rows, int64_t begin, int64_t count) {
-    std::vector<float> host(static_cast<size_t>(rows * count));
-    read_sharded(name, 0, rows, begin, begin + count, host.data());
-    return backend_.upload(host, backend_.weight_dtype());
+    Target t = target(rows * count * static_cast<int64_t>(dtype_size(weight_dtype())));
+    read_sharded(name, 0, rows, begin, begin + count, weight_dtype(), t.host);
+    return finish(std::move(t));
   }
 
   // Vocab-parallel table: this rank's rows, padding rows left zero.
   Buffer vocab_rows(const std::string& name) {
-    std::vector<float> host(static_cast<size_t>(plan_.vocab_local * config_.hidden_size), 0.0f);
-    int64_t real = plan_.vocab_real_local();
-    if (real > 0) read_sharded(name, plan_.vocab_begin, plan_.vocab_begin + real, 0, config_.hidden_size, host.data());
-    return backend_.upload(host, backend_.weight_dtype());
+    const auto row_bytes = config_.hidden_size * static_cast<int64_t>(dtype_size(weight_dtype()));
+    Target t = target(plan_.vocab_local * row_bytes);
+    const int64_t real = plan_.vocab_real_local();
+    if (real > 0)
+      read_sharded(name, plan_.vocab_begin, plan_.vocab_begin + real, 0, config_.hidden_size, weight_dtype(), t.host);
+    std::memset(t.host + real * row_bytes, 0, static_cast<size_t>((plan_.vocab_local - real) * row_bytes));
+    return finish(std::move(t));
   }
 
   // Read by rank 0 and broadcast from its backend memory into the others'
   // (on GPUs: NCCL into device memory); what each rank then holds is folded
   // into the replicated checksum that all ranks compare.
   Buffer replicated(const std::string& name, int64_t numel, DType dtype) {
-    std::vector<float> host(static_cast<size_t>(numel), 0.0f);
+    Target t = target(numel * static_cast<int64_t>(dtype_size(dtype)));
     if (comm_.rank() == 0) {
       uint64_t before = store_.bytes_read();
-      store_.read_block(name, 0, numel, 0, 1, host.data());
+      store_.read_block(name, 0, numel, 0, 1, dtype, t.host);
       stats_->replicated_bytes_read += store_.bytes_read() - before;
+    } else {
+      std::memset(t.host, 0, static_cast<size_t>(t.buf.bytes()));
     }
-    Buffer buf = backend_.upload(host, dtype);
+    Buffer buf = finish(std::move(t));
     comm_.broadcast(buf.data(), buf.bytes(), 0);
     std::vector<uint8_t> held(static_cast<size_t>(buf.bytes()));
     backend_.to_host(held.data(), buf.data(), buf.bytes());
@@ -87,10 +93,34 @@ class WeightReader {
   }
 
  private:
-  void read_sharded(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* dst) {
+  void read_sharded(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, DType dtype,
+                    void* dst) {
     uint64_t before = store_.bytes_read();
-    store_.read_block(name, r0, r1, c0, c1, dst);
+    store_.read_block(name, r0, r1, c0, c1, dtype, dst);
     stats_->sharded_bytes_read += store_.bytes_read() - before;
+  }
+
+  // Where a tensor share is assembled, in the dtype the backend keeps (16-bit
+  // weights are copied, not converted to float32 and back): the backend's
+  // buffer itself when it is host memory, else one staging buffer for the
+  // whole load, whose pages are touched once rather than once per tensor
+  // (fresh pages cost the kernel a clear each, which dominated the load).
+  struct Target {
+    Buffer buf;
+    uint8_t* host;
+  };
+  Target target(int64_t bytes) {
+    Buffer buf = backend_.alloc(bytes);
+    auto* host = static_cast<uint8_t*>(buf.data());
+    if (!backend_.host_memory()) {
+      if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(static_cast<size_t>(bytes));
+      host = staging_.data();
+    }
+    return {std::move(buf), host};
+  }
+  Buffer finish(Target t) {
+    if (!backend_.host_memory()) backend_.to_backend(t.buf.data(), t.host, t.buf.bytes());
+    return std::move(t.buf);
   }
 
   const TensorStore& store_;
@@ -99,6 +129,7 @@ class WeightReader {
   Communicator& comm_;
   Backend& backend_;
   LoadStats* stats_;
+  std::vector<uint8_t> staging_;
 };
 
 LayerWeights load_layer(WeightReader& r, const ModelConfig& c, const ShardPlan& p, int64_t l, DType act) {

@@ -55,7 +55,8 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
                   "KV cache length (default: the model's max_position_embeddings or sliding window, capped by memory)");
   cmd->add_option("--threads", c.engine.threads,
-                  "CPU backend: threads per rank (default: this host's cores divided by its ranks)");
+                  "host threads per rank: the CPU backend's ops and the weights' conversion as they load "
+                  "(default: this host's cores divided by its ranks)");
   cmd->add_option("--diag", c.diag, "comma-separated diagnostics: shapes,attn,timing,numerics");
 }
 

@@ -245,7 +245,7 @@ TEST_F(Cli, ThreadsAreCheckedAndDoNotChangeTheTokens) {
   ASSERT_EQ(one.exit_code, 0) << one.err;
   ASSERT_EQ(three.exit_code, 0) << three.err;
   EXPECT_EQ(one.out, three.out);
-  EXPECT_NE(three.err.find("3 thread(s)"), std::string::npos) << three.err;
+  EXPECT_NE(three.err.find("3 host thread(s)"), std::string::npos) << three.err;
 }
 
 TEST_F(Cli, UnsupportedArchitectureAndRope) {

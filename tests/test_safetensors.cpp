@@ -180,6 +180,43 @@ TEST_F(Safetensors, ReadBlockCopiesOnlyTheRequestedRowsAndColumns) {
   EXPECT_EQ(store.bytes_read(), 2u * 6 * 2 + 4 * 3 * 2 + 3 * 4);
 }
 
+// Blocks read in another dtype: the checkpoint's own bytes when the dtypes
+// agree (raw()), else each value rounded once (to nearest even), whole-row
+// blocks (cut into chunks over the host threads) and column blocks alike.
+TEST_F(Safetensors, ReadBlockInAnotherDtypeCopiesOrRoundsOnce) {
+  const int64_t big_rows = 1100, big_cols = 1000;  // > one 1M-element chunk
+  write_safetensors(dir_ / "model.safetensors",
+                    {{"w16", DType::kBF16, {4, 6}}, {"w32", DType::kF32, {4, 6}},
+                     {"big", DType::kF32, {big_rows, big_cols}}},
+                    [](size_t tensor, int64_t offset, int64_t count, float* out) {
+                      fill_test_values(tensor, offset, count, out);
+                      if (tensor == 0) return;  // float32 values that 16 bits cannot hold
+                      for (int64_t i = 0; i < count; ++i) out[i] += 1.0f / 3.0f + static_cast<float>(offset + i) * 1e-4f;
+                    });
+  const TensorStore store(dir_);
+  std::vector<uint16_t> same(4 * 6);
+  store.read_block("w16", 0, 4, 0, 6, DType::kBF16, same.data());
+  EXPECT_EQ(std::memcmp(same.data(), store.raw("w16"), same.size() * 2), 0);
+
+  const std::vector<float> w32 = store.read_all("w32");
+  std::vector<uint16_t> rounded(4 * 3), want(4 * 3);
+  store.read_block("w32", 0, 4, 1, 4, DType::kBF16, rounded.data());
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < 3; ++c) want[r * 3 + c] = float_to_bf16(w32[r * 6 + 1 + c]);
+  EXPECT_EQ(rounded, want);
+
+  std::vector<uint16_t> as_f16(4 * 6);
+  store.read_block("w16", 0, 4, 0, 6, DType::kF16, as_f16.data());
+  const std::vector<float> w16 = store.read_all("w16");
+  for (size_t i = 0; i < w16.size(); ++i) EXPECT_EQ(as_f16[i], float_to_f16(w16[i])) << i;
+
+  const std::vector<float> big = store.read_all("big");
+  std::vector<uint16_t> big_bf16(static_cast<size_t>(big_rows - 1) * big_cols);
+  store.read_block("big", 1, big_rows, 0, big_cols, DType::kBF16, big_bf16.data());
+  for (size_t i = 0; i < big_bf16.size(); ++i)
+    ASSERT_EQ(big_bf16[i], float_to_bf16(big[i + big_cols])) << i;
+}
+
 TEST_F(Safetensors, ReadsDataSectionAtAnOddOffset) {
   // A valid file need not pad its header: here the data starts at an odd byte.
   std::string header = R"({"h":{"dtype":"F16","shape":[3],"data_offsets":[0,6]}})";

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -240,6 +241,26 @@ void convert_mapped_to_f32(const uint8_t* src, DType dtype, float* dst, size_t n
   }
 }
 
+// n elements of `src_type` at src (in the mapping, maybe unaligned) as
+// `dst_type` at dst: a copy when the types agree, else through float32.
+void convert_mapped(const uint8_t* src, DType src_type, uint8_t* dst, DType dst_type, size_t n) {
+  if (src_type == dst_type) {
+    std::memcpy(dst, src, n * dtype_size(src_type));
+    return;
+  }
+  if (dst_type == DType::kF32) {
+    convert_mapped_to_f32(src, src_type, reinterpret_cast<float*>(dst), n);
+    return;
+  }
+  float bounce[1024];
+  for (size_t done = 0; done < n;) {
+    const size_t count = std::min(std::size(bounce), n - done);
+    convert_mapped_to_f32(src + done * dtype_size(src_type), src_type, bounce, count);
+    convert_from_f32(bounce, dst + done * dtype_size(dst_type), dst_type, count);
+    done += count;
+  }
+}
+
 std::string read_text_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   LS_REQUIRE(in, ErrorKind::kIo, "cannot open {}: {}", path.string(), std::strerror(errno));
@@ -434,6 +455,11 @@ std::vector<std::string> TensorStore::names() const {
 
 void TensorStore::read_block(const std::string& name, int64_t row_begin, int64_t row_end,
                              int64_t col_begin, int64_t col_end, float* dst) const {
+  read_block(name, row_begin, row_end, col_begin, col_end, DType::kF32, dst);
+}
+
+void TensorStore::read_block(const std::string& name, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                             int64_t col_end, DType out, void* dst) const {
   const Entry& e = entry(name);
   const TensorInfo& t = *e.info;
   const auto [rows, cols] = matrix_shape(t);
@@ -444,19 +470,29 @@ void TensorStore::read_block(const std::string& name, int64_t row_begin, int64_t
              "tensor '{}': columns [{}, {}) out of bounds for {} columns", name, col_begin, col_end,
              cols);
 
-  const size_t element_size = dtype_size(t.dtype);
+  const auto in_size = static_cast<int64_t>(dtype_size(t.dtype));
+  const auto out_size = static_cast<int64_t>(dtype_size(out));
   const uint8_t* base = e.file->data(t);
+  auto* to = static_cast<uint8_t*>(dst);
   const int64_t width = col_end - col_begin;
-  if (width == cols) {  // whole rows are one contiguous range
-    convert_mapped_to_f32(base + row_begin * cols * element_size, t.dtype, dst,
-                          static_cast<size_t>((row_end - row_begin) * cols));
-  } else {
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      convert_mapped_to_f32(base + (r * cols + col_begin) * element_size, t.dtype,
-                            dst + (r - row_begin) * width, static_cast<size_t>(width));
+  // Elementwise, so the threads' split does not change a value.
+  if (width == cols) {  // whole rows are one contiguous range, cut into chunks
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    const int64_t n = (row_end - row_begin) * cols;
+    const uint8_t* from = base + row_begin * cols * in_size;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < (n + kChunk - 1) / kChunk; ++k) {
+      const int64_t at = k * kChunk;
+      convert_mapped(from + at * in_size, t.dtype, to + at * out_size, out,
+                     static_cast<size_t>(std::min(kChunk, n - at)));
     }
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = row_begin; r < row_end; ++r)
+      convert_mapped(base + (r * cols + col_begin) * in_size, t.dtype, to + (r - row_begin) * width * out_size, out,
+                     static_cast<size_t>(width));
   }
-  bytes_read_ += static_cast<uint64_t>((row_end - row_begin) * width) * element_size;
+  bytes_read_ += static_cast<uint64_t>((row_end - row_begin) * width * in_size);
 }
 
 std::vector<float> TensorStore::read_all(const std::string& name) const {

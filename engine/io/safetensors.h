@@ -63,9 +63,9 @@ class SafetensorsFile {
 // tensor named by the index must be in the shard it names, and no tensor may
 // appear twice across shards).
 //
-// Reads go through read_rows()/read_block(), which convert to float32 and
-// count the bytes they copied out of the mapping (bytes_read()), so tests can
-// prove a rank reads only its own share.
+// Reads go through read_block(), which converts to float32 or another dtype
+// and counts the bytes it copied out of the mapping (bytes_read()), so tests
+// can prove a rank reads only its own share.
 class TensorStore {
  public:
   explicit TensorStore(const std::filesystem::path& model_dir);
@@ -79,6 +79,11 @@ class TensorStore {
   // Writes (row_end-row_begin) x (col_end-col_begin) float32 values to dst.
   void read_block(const std::string& name, int64_t row_begin, int64_t row_end, int64_t col_begin,
                   int64_t col_end, float* dst) const;
+  // The same block as `out` elements: the checkpoint's bytes when the dtypes
+  // agree, else converted through float32 (rounding to nearest even). Host
+  // threads (OpenMP) share the rows. Not thread-safe (bytes_read()).
+  void read_block(const std::string& name, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                  int64_t col_end, DType out, void* dst) const;
   // The whole tensor as float32.
   std::vector<float> read_all(const std::string& name) const;
   // Raw bytes of the whole tensor (its own dtype).
