@@ -237,18 +237,24 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
   }
 }
 
-// Writes one row's result: normalized output (one split) or the partial
-// state for the merge of the splits (m in natural-log units, as it expects).
-template <typename T, int HD>
-__device__ void tc_store_row(const AttnArgs& a, int64_t token, int64_t head, int d, float value_sum, float m_log2,
-                             float l) {
-  const int64_t h = token * a.num_heads + head;
-  if (a.splits == 1) {
-    static_cast<T*>(a.out)[h * HD + d] = from_float<T>(l > 0.0f ? value_sum / l : 0.0f);
+// Writes output dimensions d .. d + N - 1 of row h (token · heads + head):
+// normalized when `whole` (the row's only split), else the split's partial
+// state for the merge (m in natural-log units, as it expects).
+template <typename T, int HD, int N>
+__device__ void tc_store(const AttnArgs& a, int64_t h, int d, const float (&sum)[N], float m_log2, float l,
+                         bool whole) {
+  if (whole) {
+    Vec<T, N> out;
+#pragma unroll
+    for (int e = 0; e < N; ++e) out.set(e, l > 0.0f ? sum[e] / l : 0.0f);
+    out.store(static_cast<T*>(a.out) + h * HD + d);
     return;
   }
   const int64_t entry = h * a.splits + blockIdx.z;
-  a.ws_acc[entry * HD + d] = value_sum;
+  Vec<float, N> partial;
+#pragma unroll
+  for (int e = 0; e < N; ++e) partial.v[e] = sum[e];
+  partial.store(a.ws_acc + entry * HD + d);
   if (d == 0) {
     a.ws_ml[entry * 2] = l > 0.0f ? m_log2 * kLn2 : -INFINITY;
     a.ws_ml[entry * 2 + 1] = l;
@@ -265,10 +271,11 @@ __device__ void tc_finish_rows(const AttnArgs& a, const TcRows& rows, const bool
     st.l[i] += __shfl_xor_sync(0xffffffffu, st.l[i], 2);
     if (!active[i]) continue;
 #pragma unroll
-    for (int d = 0; d < HD / 8; ++d)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        tc_store_row<T, HD>(a, rows.token[i], rows.head[i], 8 * d + 2 * c + e, st.o[d][2 * i + e], st.m[i], st.l[i]);
+    for (int d = 0; d < HD / 8; ++d) {
+      const float pair[2] = {st.o[d][2 * i], st.o[d][2 * i + 1]};
+      tc_store<T, HD>(a, rows.token[i] * a.num_heads + rows.head[i], 8 * d + 2 * c, pair, st.m[i], st.l[i],
+                      a.splits == 1);
+    }
   }
 }
 
@@ -327,21 +334,8 @@ __device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, int used, 
       const float4 o = *reinterpret_cast<const float4*>(&so[(w * 16 + r) * kLd + d]);
       sum.x += weight * o.x, sum.y += weight * o.y, sum.z += weight * o.z, sum.w += weight * o.w;
     }
-    const int64_t h = tr.token * a.num_heads + tr.head0 + r;
-    if (used == 1) {
-      const float l = sl[r];
-      Vec<T, 4> out;
-      out.set(0, l > 0.0f ? sum.x / l : 0.0f), out.set(1, l > 0.0f ? sum.y / l : 0.0f);
-      out.set(2, l > 0.0f ? sum.z / l : 0.0f), out.set(3, l > 0.0f ? sum.w / l : 0.0f);
-      out.store(static_cast<T*>(a.out) + h * HD + d);
-    } else {
-      const int64_t entry = h * a.splits + blockIdx.z;
-      *reinterpret_cast<float4*>(a.ws_acc + entry * HD + d) = sum;
-      if (d == 0) {
-        a.ws_ml[entry * 2] = sl[r] > 0.0f ? sm[r] * kLn2 : -INFINITY;
-        a.ws_ml[entry * 2 + 1] = sl[r];
-      }
-    }
+    const float quad[4] = {sum.x, sum.y, sum.z, sum.w};
+    tc_store<T, HD>(a, tr.token * a.num_heads + tr.head0 + r, d, quad, sm[r], sl[r], used == 1);
   }
 }
 

@@ -3,7 +3,8 @@
 // heads), each warp one head, so that a decode token's 40-odd heads run in
 // parallel rather than five after another per warp. Each block computes the
 // token's cos/sin table in double precision (angles reach 1e5 radians and
-// more at long context, where a float32 angle is off by several 1e-3). Values are read once, rotated in float32, written once;
+// more at long context, where a float32 angle is off by several 1e-3).
+// Values are read once, rotated in float32, written once;
 // with the KV append fused in, the thread that rotates a k element also
 // writes it to the cache, and the block copies the token's v there.
 #include "kernels/cuda/check.h"
@@ -28,60 +29,78 @@ struct CacheTarget {
   int64_t position_stride;
 };
 
+// The kernel's view of QkNormRopeParams.
 template <typename T>
-__global__ void qk_norm_rope_kernel(T* qkv, const int32_t* positions, const float* inv_freq, const T* q_norm,
-                                    const T* k_norm, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
-                                    float eps, float cos_sin_scale, CacheTarget<T> cache) {
+struct RopeArgs {
+  T* qkv;
+  const int32_t* positions;
+  const float* inv_freq;
+  const T* q_norm;  // null: no q/k norm
+  const T* k_norm;
+  int64_t num_heads;
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  float eps;
+  float cos_sin_scale;
+  CacheTarget<T> cache;
+};
+
+// Head h of token t's row (a warp): normed when it has a weight, rotated,
+// and for a k head also written at `dst` in the cache.
+template <typename T>
+__device__ void norm_rotate_head(const RopeArgs<T>& a, T* row, int64_t h, int64_t dst, const float* cos_s,
+                                 const float* sin_s) {
+  const int lane = threadIdx.x % 32;
+  const int64_t half = a.head_dim / 2;
+  T* v = row + h * a.head_dim;
+  const T* w = h < a.num_heads ? a.q_norm : a.k_norm;
+  float inv = 1.0f;
+  if (w != nullptr) {
+    float sq = 0.0f;
+    for (int64_t i = lane; i < a.head_dim; i += 32) sq += to_float(v[i]) * to_float(v[i]);
+    inv = rsqrtf(warp_sum(sq) / static_cast<float>(a.head_dim) + a.eps);
+  }
+  T* k = h >= a.num_heads && a.cache.k_cache != nullptr ? a.cache.k_cache + dst + (h - a.num_heads) * a.head_dim
+                                                        : nullptr;
+  for (int64_t i = lane; i < half; i += 32) {
+    float x = to_float(v[i]) * inv;
+    float y = to_float(v[i + half]) * inv;
+    if (w != nullptr) {
+      x *= to_float(w[i]);
+      y *= to_float(w[i + half]);
+    }
+    const T rx = from_float<T>(x * cos_s[i] - y * sin_s[i]);
+    const T ry = from_float<T>(y * cos_s[i] + x * sin_s[i]);
+    v[i] = rx;
+    v[i + half] = ry;
+    if (k != nullptr) k[i] = rx, k[i + half] = ry;
+  }
+}
+
+template <typename T>
+__global__ void qk_norm_rope_kernel(RopeArgs<T> a) {
   __shared__ float cos_s[kMaxHalf];
   __shared__ float sin_s[kMaxHalf];
   start_after_producers();
   const int64_t t = blockIdx.x;
-  const int64_t half = head_dim / 2;
-  const double position = static_cast<double>(positions[t]);
-  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+  const double position = static_cast<double>(a.positions[t]);
+  for (int64_t i = threadIdx.x; i < a.head_dim / 2; i += blockDim.x) {
     double s, c;
-    sincos(position * static_cast<double>(inv_freq[i]), &s, &c);
-    cos_s[i] = static_cast<float>(c) * cos_sin_scale;
-    sin_s[i] = static_cast<float>(s) * cos_sin_scale;
+    sincos(position * static_cast<double>(a.inv_freq[i]), &s, &c);
+    cos_s[i] = static_cast<float>(c) * a.cos_sin_scale;
+    sin_s[i] = static_cast<float>(s) * a.cos_sin_scale;
   }
   __syncthreads();
-  const int lane = threadIdx.x % 32;
-  T* row = qkv + t * (num_heads + 2 * num_kv_heads) * head_dim;
-  const int64_t kv_width = num_kv_heads * head_dim;
+  T* row = a.qkv + t * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim;
+  const CacheTarget<T>& cache = a.cache;
   const int64_t dst =
-      cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + positions[t] * cache.position_stride;
+      cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + a.positions[t] * cache.position_stride;
   // A token's kv heads are contiguous in the cache (KvCacheShape: head_stride() == head_dim).
   if (cache.k_cache != nullptr && blockIdx.y == 0)
-    for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x)
-      cache.v_cache[dst + i] = row[(num_heads + num_kv_heads) * head_dim + i];
+    for (int64_t i = threadIdx.x; i < a.num_kv_heads * a.head_dim; i += blockDim.x)
+      cache.v_cache[dst + i] = row[(a.num_heads + a.num_kv_heads) * a.head_dim + i];
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kRopeWarps + threadIdx.x / 32;
-  if (h < num_heads + num_kv_heads) {
-    T* v = row + h * head_dim;
-    const T* w = h < num_heads ? q_norm : k_norm;
-    float inv = 1.0f;
-    if (w != nullptr) {
-      float sq = 0.0f;
-      for (int64_t i = lane; i < head_dim; i += 32) sq += to_float(v[i]) * to_float(v[i]);
-      inv = rsqrtf(warp_sum(sq) / static_cast<float>(head_dim) + eps);
-    }
-    for (int64_t i = lane; i < half; i += 32) {
-      float a = to_float(v[i]) * inv;
-      float b = to_float(v[i + half]) * inv;
-      if (w != nullptr) {
-        a *= to_float(w[i]);
-        b *= to_float(w[i + half]);
-      }
-      const T ra = from_float<T>(a * cos_s[i] - b * sin_s[i]);
-      const T rb = from_float<T>(b * cos_s[i] + a * sin_s[i]);
-      v[i] = ra;
-      v[i + half] = rb;
-      if (h >= num_heads && cache.k_cache != nullptr) {
-        T* k = cache.k_cache + dst + (h - num_heads) * head_dim;
-        k[i] = ra;
-        k[i + half] = rb;
-      }
-    }
-  }
+  if (h < a.num_heads + a.num_kv_heads) norm_rotate_head(a, row, h, dst, cos_s, sin_s);
 }
 
 }  // namespace
@@ -92,18 +111,26 @@ void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   dispatch_dtype(p.dtype, "qk_norm_rope", [&](auto t) {
     using T = decltype(t);
-    CacheTarget<T> cache{};
+    RopeArgs<T> args{.qkv = static_cast<T*>(p.qkv),
+                      .positions = p.positions,
+                      .inv_freq = p.inv_freq,
+                      .q_norm = static_cast<const T*>(p.q_norm_weight),
+                      .k_norm = static_cast<const T*>(p.k_norm_weight),
+                      .num_heads = p.num_heads,
+                      .num_kv_heads = p.num_kv_heads,
+                      .head_dim = p.head_dim,
+                      .eps = p.eps,
+                      .cos_sin_scale = p.cos_sin_scale,
+                      .cache = {}};
     if (p.kv_append)
-      cache = CacheTarget<T>{.k_cache = static_cast<T*>(p.kv_append->k_cache),
-                             .v_cache = static_cast<T*>(p.kv_append->v_cache),
-                             .slots = p.kv_append->slots,
-                             .slot_stride = p.kv_append->cache.slot_stride(),
-                             .position_stride = p.kv_append->cache.position_stride()};
+      args.cache = CacheTarget<T>{.k_cache = static_cast<T*>(p.kv_append->k_cache),
+                                  .v_cache = static_cast<T*>(p.kv_append->v_cache),
+                                  .slots = p.kv_append->slots,
+                                  .slot_stride = p.kv_append->cache.slot_stride(),
+                                  .position_stride = p.kv_append->cache.position_stride()};
     const dim3 grid(static_cast<unsigned>(p.tokens),
                     static_cast<unsigned>(ceil_div(p.num_heads + p.num_kv_heads, kRopeWarps)));
-    LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, grid, dim3(kRopeWarps * 32), 0, stream, static_cast<T*>(p.qkv), p.positions, p.inv_freq,
-              static_cast<const T*>(p.q_norm_weight), static_cast<const T*>(p.k_norm_weight), p.num_heads,
-              p.num_kv_heads, p.head_dim, p.eps, p.cos_sin_scale, cache);
+    LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, grid, dim3(kRopeWarps * 32), 0, stream, args);
   });
 }
 
