@@ -1,5 +1,6 @@
 #include "engine/weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -113,7 +114,9 @@ class WeightReader {
     Buffer buf = backend_.alloc(bytes);
     auto* host = static_cast<uint8_t*>(buf.data());
     if (!backend_.host_memory()) {
-      if (static_cast<int64_t>(staging_.size()) < bytes) staging_.resize(static_cast<size_t>(bytes));
+      // At least one byte: an empty share still gets a pointer (memset, copies of 0 bytes).
+      if (static_cast<int64_t>(staging_.size()) < std::max<int64_t>(bytes, 1))
+        staging_.resize(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
       host = staging_.data();
     }
     return {std::move(buf), host};
