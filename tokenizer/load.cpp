@@ -44,23 +44,26 @@ struct Pipeline {
   bool metaspace_to_spaces = false;  // decoder Replace("▁", " ")
   int strip_leading = 0;             // decoder Strip(" ", n, 0)
   // Metaspace pre-tokenizer: its prepend_scheme; decoder Metaspace: the same.
-  std::optional<std::string> metaspace_pre_tokenizer;
-  std::optional<std::string> metaspace_decoder;
+  enum class Scheme { kAlways, kFirst, kNever };
+  std::optional<Scheme> metaspace_pre_tokenizer;
+  std::optional<Scheme> metaspace_decoder;
 };
 
 // A Metaspace pre-tokenizer's or decoder's prepend scheme ("always", "first"
 // or "never"; older files say add_prefix_space instead), with "▁" for
 // spaces and (pre-tokenizer) no split into words.
-std::string metaspace_scheme(const json& j, bool pre_tokenizer) {
+Pipeline::Scheme metaspace_scheme(const json& j, bool pre_tokenizer) {
   LS_REQUIRE(j.value("replacement", "") == tok_detail::kMetaspace, ErrorKind::kModel,
              "tokenizer.json: Metaspace with a replacement other than \"▁\" is not supported");
   LS_REQUIRE(!pre_tokenizer || !flag(j, "split", true), ErrorKind::kModel,
              "tokenizer.json: Metaspace pre-tokenizer with split true is not supported");
   std::string scheme = flag(j, "add_prefix_space", true) ? "always" : "never";
   if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) scheme = j["prepend_scheme"].get<std::string>();
-  LS_REQUIRE(scheme == "always" || scheme == "first" || scheme == "never", ErrorKind::kModel,
-             "tokenizer.json: Metaspace prepend_scheme '{}' is not supported", scheme);
-  return scheme;
+  if (scheme == "always") return Pipeline::Scheme::kAlways;
+  if (scheme == "first") return Pipeline::Scheme::kFirst;
+  LS_REQUIRE(scheme == "never", ErrorKind::kModel, "tokenizer.json: Metaspace prepend_scheme '{}' is not supported",
+             scheme);
+  return Pipeline::Scheme::kNever;
 }
 
 // A Replace normalizer or decoder: whether it maps `from` to `to`.
@@ -170,10 +173,14 @@ void check_pipeline(const Pipeline& p, TokenizerImpl& impl) {
   if (legacy) {
     m.prepend = p.prepend_metaspace ? Prepend::kAlways : Prepend::kNever;
   } else {
-    const std::string& scheme = *p.metaspace_pre_tokenizer;
-    m.prepend = scheme == "always" ? Prepend::kIfAbsent : scheme == "first" ? Prepend::kFirstIfAbsent : Prepend::kNever;
+    switch (*p.metaspace_pre_tokenizer) {
+      case Pipeline::Scheme::kAlways: m.prepend = Prepend::kIfAbsent; break;
+      case Pipeline::Scheme::kFirst: m.prepend = Prepend::kFirstIfAbsent; break;
+      case Pipeline::Scheme::kNever: m.prepend = Prepend::kNever; break;
+    }
   }
-  if (p.metaspace_decoder && *p.metaspace_decoder != "never") m.strip_leading = std::max(m.strip_leading, 1);
+  if (p.metaspace_decoder && *p.metaspace_decoder != Pipeline::Scheme::kNever)
+    m.strip_leading = std::max(m.strip_leading, 1);
   impl.metaspace = m;
 }
 
