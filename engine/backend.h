@@ -95,7 +95,9 @@ class Backend {
   virtual void range_pop() {}
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
+// weights: the dtype the products' weights are kept in (float32, or a 16-bit
+// type, widened as they are read); activations are float32 either way.
+std::unique_ptr<Backend> make_cpu_backend(DType weights = DType::kF32);
 
 #if LOCKSTEP_WITH_CUDA
 // GPUs visible to this process (0 when the driver finds none).

@@ -1,4 +1,6 @@
-// The CPU backend: float32 everything, ops from kernels/cpu.
+// The CPU backend: float32 activations and arithmetic, ops from kernels/cpu;
+// the products' weights may stay in the checkpoint's 16-bit type (widened to
+// float32 as the products read them: the same values, half the bytes).
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -25,9 +27,10 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(DType weights) : weights_(weights) {}
   std::string name() const override { return "cpu"; }
   DType act_dtype() const override { return DType::kF32; }
-  DType weight_dtype() const override { return DType::kF32; }
+  DType weight_dtype() const override { return weights_; }
   bool host_memory() const override { return true; }
 
   Buffer alloc(int64_t bytes) override {
@@ -56,10 +59,13 @@ class CpuBackend final : public Backend {
   void argmax(const ArgmaxParams& p) override { cpu::argmax(p); }
   void sample(const SampleParams& p) override { cpu::sample(p); }
   void next_tokens(const NextTokensParams& p) override { cpu::next_tokens(p); }
+
+ private:
+  DType weights_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(DType weights) { return std::make_unique<CpuBackend>(weights); }
 
 }  // namespace lockstep

@@ -293,7 +293,7 @@ void Runner::lm_head() {
                                .in_features = config_.hidden_size,
                                .out_features = plan_.vocab_local,
                                .act_dtype = act_,
-                               .weight_dtype = backend_.weight_dtype(),
+                               .weight_dtype = weights_.lm_head_dtype(act_, backend_.weight_dtype()),
                                .input_norm = norm});
 }
 

@@ -63,12 +63,12 @@ class WeightReader {
   }
 
   // Vocab-parallel table: this rank's rows, padding rows left zero.
-  Buffer vocab_rows(const std::string& name) {
-    const auto row_bytes = config_.hidden_size * static_cast<int64_t>(dtype_size(weight_dtype()));
+  Buffer vocab_rows(const std::string& name, DType dtype) {
+    const auto row_bytes = config_.hidden_size * static_cast<int64_t>(dtype_size(dtype));
     Target t = target(plan_.vocab_local * row_bytes);
     const int64_t real = plan_.vocab_real_local();
     if (real > 0)
-      read_sharded(name, plan_.vocab_begin, plan_.vocab_begin + real, 0, config_.hidden_size, weight_dtype(), t.host);
+      read_sharded(name, plan_.vocab_begin, plan_.vocab_begin + real, 0, config_.hidden_size, dtype, t.host);
     std::memset(t.host + real * row_bytes, 0, static_cast<size_t>((plan_.vocab_local - real) * row_bytes));
     return finish(std::move(t));
   }
@@ -219,8 +219,10 @@ ModelWeights load_weights(const TensorStore& store, const ModelConfig& c, const 
   WeightReader reader(store, c, p, comm, backend, stats);
   const DType act = backend.act_dtype();
   ModelWeights w;
-  w.embed = reader.vocab_rows("model.embed_tokens.weight");
-  if (!c.tie_word_embeddings) w.lm_head = reader.vocab_rows("lm_head.weight");
+  // The table in the activations' dtype (the embedding op copies its rows
+  // out); a separate LM head in the products' (a tied one is the table).
+  w.embed = reader.vocab_rows("model.embed_tokens.weight", act);
+  if (!c.tie_word_embeddings) w.lm_head = reader.vocab_rows("lm_head.weight", backend.weight_dtype());
   for (int64_t l = 0; l < c.num_layers; ++l) w.layers.push_back(load_layer(reader, c, p, l, act));
   w.final_norm = reader.replicated("model.norm.weight", c.hidden_size, act);
   return w;

@@ -33,6 +33,8 @@ struct ModelWeights {
   Buffer final_norm;  // [hidden], replicated
   std::vector<LayerWeights> layers;
   const Buffer& lm_head_weight() const { return lm_head.empty() ? embed : lm_head; }
+  // The LM head's dtype: the products' weights', or the table's when tied.
+  DType lm_head_dtype(DType act, DType weights) const { return lm_head.empty() ? act : weights; }
 };
 
 struct LoadStats {

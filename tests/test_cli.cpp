@@ -248,6 +248,20 @@ TEST_F(Cli, ThreadsAreCheckedAndDoNotChangeTheTokens) {
   EXPECT_NE(three.err.find("3 host thread(s)"), std::string::npos) << three.err;
 }
 
+// The CPU backend keeps a checkpoint's product weights in its 16-bit type
+// when every tensor has it, and float32 for a float32 checkpoint (that the
+// products are the same is OpSizes.LinearWith16BitWeightsEqualsFloat32Weights).
+TEST_F(Cli, CpuKeepsSixteenBitWeights) {
+  auto bf16 = make_model("bf16");
+  CommandResult r = generate(bf16, "--prompt-ids 1,2,3 --max-new-tokens 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("bfloat16 product weights"), std::string::npos) << r.err;
+  auto f32 = make_model("f32", "--dtype f32");
+  r = generate(f32, "--prompt-ids 1,2,3 --max-new-tokens 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("float32 product weights"), std::string::npos) << r.err;
+}
+
 TEST_F(Cli, UnsupportedArchitectureAndRope) {
   auto model = make_model("m");
   rewrite_config(model, [](nlohmann::json& j) { j["architectures"] = {"PhiForCausalLM"}; });

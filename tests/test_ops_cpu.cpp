@@ -90,6 +90,33 @@ TEST_P(OpSizes, LinearWithBiasAndStride) {
   expect_close(y, want, "linear");
 }
 
+// 16-bit weights (the CPU backend keeps a bf16 or f16 checkpoint's product
+// weights so) give bit for bit the products of float32 weights holding the
+// same values, on one thread and several.
+TEST_P(OpSizes, LinearWith16BitWeightsEqualsFloat32Weights) {
+  const int64_t rows = GetParam(), in = 133, out_f = 301;
+  auto x = random_vector(rows * in, 8), b = random_vector(out_f, 9);
+  const auto w = random_vector(out_f * in, 10);
+  const int before = cpu::threads();
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    std::vector<uint16_t> w16(w.size());
+    convert_from_f32(w.data(), w16.data(), dt, w.size());
+    std::vector<float> w32(w.size());  // the 16-bit values, widened
+    convert_to_f32(w16.data(), dt, w32.data(), w.size());
+    for (int threads : {1, 3}) {
+      cpu::set_threads(threads);
+      std::vector<float> from16(rows * out_f, NAN), from32(rows * out_f, NAN);
+      LinearParams p{.x = x.data(), .weight = w16.data(), .bias = b.data(), .y = from16.data(), .rows = rows,
+                     .in_features = in, .out_features = out_f, .weight_dtype = dt};
+      cpu::linear(p);
+      p.weight = w32.data(), p.y = from32.data(), p.weight_dtype = DType::kF32;
+      cpu::linear(p);
+      EXPECT_EQ(from16, from32) << dtype_name(dt) << " threads=" << threads;
+    }
+  }
+  cpu::set_threads(before);
+}
+
 TEST_P(OpSizes, SiluMul) {
   const int64_t rows = GetParam(), inter = 45;
   auto gu = random_vector(rows * 2 * inter, 7, -4.0f, 4.0f);
