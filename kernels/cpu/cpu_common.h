@@ -11,14 +11,25 @@ inline void require_f32(DType t, const char* op) {
 
 // Dot product with eight independent partial sums (vectorizes without
 // -ffast-math and halves the rounding error growth of one running sum).
-inline float dot(const float* a, const float* b, int64_t n) {
+// `widen` gives b's elements as float32: the same sums for float32 and for
+// bf16 weights widened on the fly (exactly).
+template <typename B, typename Widen>
+inline float dot_widened(const float* a, const B* b, int64_t n, Widen widen) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * widen(b[i + j]);
   float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
+  for (; i < n; ++i) tail += a[i] * widen(b[i]);
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  return dot_widened(a, b, n, [](float v) { return v; });
+}
+
+inline float dot_bf16(const float* a, const uint16_t* b, int64_t n) {
+  return dot_widened(a, b, n, [](uint16_t v) { return bf16_to_float(v); });
 }
 
 }  // namespace lockstep::cpu

@@ -12,9 +12,12 @@ namespace lockstep::cpu {
 // Loops over output features outermost so each weight row is read from memory
 // once and reused from cache for every input row; the features are split over
 // the CPU threads (kernels/cpu_threads.h) when the product is large enough to
-// pay for them. 16-bit weights are widened to float32 a row at a time (exact:
-// the same products as float32 weights of the same values, with half the
-// bytes to read). The optional stages run as their own ops, before and after.
+// pay for them. 16-bit weights are widened to float32 (exact: the same
+// products as float32 weights of the same values, with half the bytes to
+// read): bf16 inside the dot product at 1-2 rows (one pass over the weights;
+// measured 1.3x faster than widening the row first at batch 1, slower at 4),
+// else a row at a time into a buffer that every input row reuses. The
+// optional stages run as their own ops, before and after.
 void linear(const LinearParams& p) {
   p.validate();
   if (p.input_norm) rms_norm(*p.input_norm);
@@ -33,13 +36,19 @@ void linear(const LinearParams& p) {
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < p.out_features; ++o) {
       const uint8_t* stored = w + o * row_bytes;
+      const float b = bias != nullptr ? bias[o] : 0.0f;
+      float* out = y + o;
+      if (p.weight_dtype == DType::kBF16 && p.rows <= 2) {  // decode: widen inside the dot, one pass
+        const auto* wr = reinterpret_cast<const uint16_t*>(stored);
+        for (int64_t r = 0; r < p.rows; ++r) out[r * p.out_features] = dot_bf16(x + r * xs, wr, p.in_features) + b;
+        continue;
+      }
       const float* wr = reinterpret_cast<const float*>(stored);
       if (widen) {
         convert_to_f32(stored, p.weight_dtype, widened.data(), static_cast<size_t>(p.in_features));
         wr = widened.data();
       }
-      const float b = bias != nullptr ? bias[o] : 0.0f;
-      for (int64_t r = 0; r < p.rows; ++r) y[r * p.out_features + o] = dot(x + r * xs, wr, p.in_features) + b;
+      for (int64_t r = 0; r < p.rows; ++r) out[r * p.out_features] = dot(x + r * xs, wr, p.in_features) + b;
     }
   }
   if (p.silu_mul) silu_mul(*p.silu_mul);
