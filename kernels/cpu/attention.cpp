@@ -1,8 +1,8 @@
 #include "kernels/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/cpu_common.h"
 
@@ -49,8 +49,8 @@ void attention(const AttentionParams& p) {
   // (token, head) pairs over the CPU threads, each with its own scratch.
 #pragma omp parallel if (p.tokens * p.num_heads > 1)
   {
-    std::vector<float> scores(static_cast<size_t>(c.max_seq));
-    std::vector<double> acc(static_cast<size_t>(c.head_dim));
+    float* scores = thread_scratch<float, kScores>(static_cast<size_t>(c.max_seq));
+    double* acc = thread_scratch<double, kValues>(static_cast<size_t>(c.head_dim));
 #pragma omp for schedule(dynamic, 4)
     for (int64_t th = 0; th < p.tokens * p.num_heads; ++th) {
       const int64_t t = th / p.num_heads, h = th % p.num_heads;
@@ -60,19 +60,19 @@ void attention(const AttentionParams& p) {
       float max_score = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
         float s = dot(q, kc + c.offset(p.slots[t], j, kvh), c.head_dim) * p.scale;
-        scores[static_cast<size_t>(j)] = s;
+        scores[j] = s;
         max_score = std::max(max_score, s);
       }
       double denom = 0.0;
-      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(acc, acc + c.head_dim, 0.0);
       for (int64_t j = 0; j < len; ++j) {
-        double e = std::exp(static_cast<double>(scores[static_cast<size_t>(j)] - max_score));
+        double e = std::exp(static_cast<double>(scores[j] - max_score));
         denom += e;
         const float* v = vc + c.offset(p.slots[t], j, kvh);
-        for (int64_t d = 0; d < c.head_dim; ++d) acc[static_cast<size_t>(d)] += e * v[d];
+        for (int64_t d = 0; d < c.head_dim; ++d) acc[d] += e * v[d];
       }
       float* o = out + t * p.num_heads * c.head_dim + h * c.head_dim;
-      for (int64_t d = 0; d < c.head_dim; ++d) o[d] = static_cast<float>(acc[static_cast<size_t>(d)] / denom);
+      for (int64_t d = 0; d < c.head_dim; ++d) o[d] = static_cast<float>(acc[d] / denom);
     }
   }
 }

@@ -1,9 +1,22 @@
 // Shared by the CPU ops: the CPU backend computes in float32 only.
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
 #include "kernels/op_common.h"
 
 namespace lockstep::cpu {
+
+// The calling thread's buffer `Use` of at least n elements, kept between
+// calls: the ops' scratch is allocated once per thread, not every step.
+template <typename T, int Use>
+T* thread_scratch(size_t n) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < n) buffer.resize(n);
+  return buffer.data();
+}
+enum ScratchUse { kScores, kValues, kWidenedRow };
 
 inline void require_f32(DType t, const char* op) {
   LS_OP_REQUIRE(t == DType::kF32, op, "the CPU backend computes in float32, got {}", dtype_name(t));

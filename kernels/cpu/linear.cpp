@@ -1,7 +1,5 @@
 #include "kernels/linear.h"
 
-#include <vector>
-
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/rms_norm.h"
 #include "kernels/rope.h"
@@ -28,25 +26,27 @@ void linear(const LinearParams& p) {
   auto* y = static_cast<float*>(p.y);
   const int64_t xs = p.x_row_stride();
   const int64_t row_bytes = p.in_features * static_cast<int64_t>(dtype_size(p.weight_dtype));
-  const bool widen = p.weight_dtype != DType::kF32;
+  // bf16 at 1-2 rows widens inside the dot; other 16-bit products widen each row into scratch.
+  const bool dot_widens = p.weight_dtype == DType::kBF16 && p.rows <= 2;
+  const bool row_widens = p.weight_dtype != DType::kF32 && !dot_widens;
   [[maybe_unused]] const bool parallel = p.out_features * p.in_features * p.rows >= (int64_t{1} << 16);
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> widened(static_cast<size_t>(widen ? p.in_features : 0));
+    float* widened = row_widens ? thread_scratch<float, kWidenedRow>(static_cast<size_t>(p.in_features)) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < p.out_features; ++o) {
       const uint8_t* stored = w + o * row_bytes;
       const float b = bias != nullptr ? bias[o] : 0.0f;
       float* out = y + o;
-      if (p.weight_dtype == DType::kBF16 && p.rows <= 2) {  // decode: widen inside the dot, one pass
+      if (dot_widens) {
         const auto* wr = reinterpret_cast<const uint16_t*>(stored);
         for (int64_t r = 0; r < p.rows; ++r) out[r * p.out_features] = dot_bf16(x + r * xs, wr, p.in_features) + b;
         continue;
       }
       const float* wr = reinterpret_cast<const float*>(stored);
-      if (widen) {
-        convert_to_f32(stored, p.weight_dtype, widened.data(), static_cast<size_t>(p.in_features));
-        wr = widened.data();
+      if (row_widens) {
+        convert_to_f32(stored, p.weight_dtype, widened, static_cast<size_t>(p.in_features));
+        wr = widened;
       }
       for (int64_t r = 0; r < p.rows; ++r) out[r * p.out_features] = dot(x + r * xs, wr, p.in_features) + b;
     }
