@@ -366,6 +366,55 @@ __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base,
   cp_async_commit();
 }
 
+// A run of the block's tokens: consecutive tokens first .. last of one
+// slot, from `first` up to last_token, and the longest length among them.
+struct KvRun {
+  int64_t first, last, len;
+  int32_t slot;
+};
+
+__device__ inline KvRun find_run(const AttnArgs& a, int64_t first, int64_t last_token) {
+  KvRun run{first, first, static_cast<int64_t>(a.positions[first]) + 1, a.slots[first]};
+  while (run.last < last_token && a.slots[run.last + 1] == run.slot) {
+    ++run.last;
+    run.len = max(run.len, static_cast<int64_t>(a.positions[run.last]) + 1);
+  }
+  return run;
+}
+
+// Which of the thread's two rows belong to the run, and the last key each
+// may see (-1: none).
+__device__ inline void run_rows(const AttnArgs& a, const TcRows& rows, const KvRun& run, bool (&active)[2],
+                                int64_t (&limit)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    active[i] = rows.valid[i] && rows.token[i] >= run.first && rows.token[i] <= run.last;
+    limit[i] = active[i] ? a.positions[rows.token[i]] : -1;
+  }
+}
+
+// The keys this block's split takes of a run of length len: [begin, end),
+// `tiles` key tiles, and the splits that take part (`used`: for decode, the
+// splits the length reaches, each at least kDecodeMinTilesPerSplit tiles;
+// for prefill all of them).
+struct SplitKeys {
+  int64_t begin, end, tiles;
+  int used;
+};
+
+template <int RowWarps>
+__device__ SplitKeys split_keys(const AttnArgs& a, int64_t len) {
+  const int64_t len_tiles = ceil_div(len, kTcKeys);
+  const int64_t tiles_per_split =
+      max(RowWarps == 1 ? int64_t{kDecodeMinTilesPerSplit} : int64_t{1}, ceil_div(len_tiles, a.splits));
+  SplitKeys k;
+  k.used = RowWarps == 1 ? static_cast<int>(min(int64_t{a.splits}, ceil_div(len_tiles, tiles_per_split))) : a.splits;
+  k.begin = blockIdx.z * tiles_per_split * kTcKeys;
+  k.end = min(len, k.begin + tiles_per_split * kTcKeys);
+  k.tiles = k.end > k.begin ? ceil_div(k.end - k.begin, kTcKeys) : 0;
+  return k;
+}
+
 // Prefill blocks wait for the kernel before (which writes the step's keys)
 // at once. A decode block (one token) first reads its slot and length (no
 // kernel writes them) and, when the batch has no lower writes, starts the
@@ -401,33 +450,17 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
   int used = a.splits;  // splits that take part (decode: those the length reaches)
 
   for (int64_t run_begin = tr.base / a.group; run_begin <= last_token;) {
-    const int32_t slot = a.slots[run_begin];
-    int64_t run_end = run_begin;
-    int64_t len = static_cast<int64_t>(a.positions[run_begin]) + 1;
-    while (run_end < last_token && a.slots[run_end + 1] == slot) {
-      ++run_end;
-      len = max(len, static_cast<int64_t>(a.positions[run_end]) + 1);
-    }
+    const KvRun run = find_run(a, run_begin, last_token);
     bool active[2];
     int64_t limit[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      active[i] = rows.valid[i] && rows.token[i] >= run_begin && rows.token[i] <= run_end;
-      limit[i] = active[i] ? a.positions[rows.token[i]] : -1;
-    }
-    const int64_t len_tiles = ceil_div(len, kTcKeys);
-    const int64_t tiles_per_split =
-        max(RowWarps == 1 ? int64_t{kDecodeMinTilesPerSplit} : int64_t{1}, ceil_div(len_tiles, a.splits));
-    if constexpr (RowWarps == 1) {
-      // A decode block holds one token: splits past its length leave at once, writing nothing.
-      used = static_cast<int>(min(int64_t{a.splits}, ceil_div(len_tiles, tiles_per_split)));
-      if (static_cast<int>(blockIdx.z) >= used) return;
-    }
-    const int64_t begin = blockIdx.z * tiles_per_split * kTcKeys;
-    const int64_t end = min(len, begin + tiles_per_split * kTcKeys);
-    const int64_t tiles = end > begin ? ceil_div(end - begin, kTcKeys) : 0;
-    const T* k_base = static_cast<const T*>(a.k_cache) + slot * a.slot_stride + kvh * a.head_stride;
-    const T* v_base = static_cast<const T*>(a.v_cache) + slot * a.slot_stride + kvh * a.head_stride;
+    run_rows(a, rows, run, active, limit);
+    const SplitKeys keys = split_keys<RowWarps>(a, run.len);
+    used = keys.used;
+    // A decode block holds one token: splits past its length leave at once, writing nothing.
+    if (RowWarps == 1 && static_cast<int>(blockIdx.z) >= used) return;
+    const int64_t begin = keys.begin, end = keys.end, tiles = keys.tiles, len = run.len;
+    const T* k_base = static_cast<const T*>(a.k_cache) + run.slot * a.slot_stride + kvh * a.head_stride;
+    const T* v_base = static_cast<const T*>(a.v_cache) + run.slot * a.slot_stride + kvh * a.head_stride;
     // Tiles [0, issued) have their copies issued, tile i into buffer i % kStages.
     int64_t issued = 0;
     const auto issue_until = [&](int64_t n) {
@@ -456,7 +489,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       tc_merge_warps<T, HD>(a, tr, used, st, smem);  // a decode tile is one token: one run
     else
       tc_finish_rows<T, HD>(a, rows, active, st);
-    run_begin = run_end + 1;
+    run_begin = run.last + 1;
   }
   static_assert(merge_scratch_bytes(16 * RowWarps) <= sizeof(TcTile<T, HD>), "merge scratch exceeds a key tile");
   if (used > 1 && arrive_last_split(a, used))  // the key tiles are free: every copy has landed
