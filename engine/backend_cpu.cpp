@@ -1,6 +1,9 @@
 // The CPU backend: float32 activations and arithmetic, ops from kernels/cpu;
 // the products' weights may stay in the checkpoint's 16-bit type (widened to
 // float32 as the products read them: the same values, half the bytes).
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -21,6 +24,11 @@ Buffer Backend::upload(const std::vector<float>& host, DType dtype) {
     to_backend(buf.data(), converted.data(), bytes);
   }
   return buf;
+}
+
+int64_t Backend::default_kv_cache_bytes(int local_ranks) const {
+  const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  return phys / 4 / std::max(1, local_ranks);
 }
 
 namespace {

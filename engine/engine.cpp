@@ -1,15 +1,15 @@
 #include "engine/engine.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <set>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "engine/model_writer.h"
 #include "kernels/cpu_threads.h"
 #if LOCKSTEP_WITH_CUDA
 #include "tp/cuda/nccl_communicator.h"
@@ -18,7 +18,9 @@
 namespace lockstep {
 
 void EngineOptions::validate() const {
-  LS_REQUIRE(!model_dir.empty(), ErrorKind::kInvalidArgument, "--model is required");
+  LS_REQUIRE(!model_dir.empty() || !preset.empty(), ErrorKind::kInvalidArgument, "--model is required");
+  LS_REQUIRE(model_dir.empty() || preset.empty(), ErrorKind::kInvalidArgument,
+             "--model and --preset exclude each other");
 #if LOCKSTEP_WITH_CUDA
   LS_REQUIRE(backend == "cpu" || backend == "cuda", ErrorKind::kInvalidArgument,
              "unknown backend '{}' (this build has: cpu, cuda)", backend);
@@ -40,7 +42,7 @@ void EngineOptions::validate() const {
 
 std::string EngineOptions::summary() const {
   return fmt::format("model={} backend={} dtype={} eager={} pdl={} sync_steps={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={} threads={}",
-                     model_dir.string(), backend, dtype, eager, !no_pdl, sync_steps, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
+                     preset.empty() ? model_dir.string() : fmt::format("random {} {}", preset_arch, preset), backend, dtype, eager, !no_pdl, sync_steps, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
                      max_batch, max_step_tokens,
                      kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes),
                      threads == 0 ? std::string("auto") : std::to_string(threads));
@@ -92,12 +94,8 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const TensorStore&
 }  // namespace
 
 int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const EngineOptions& o, size_t act_bytes,
-                            int local_ranks) {
-  int64_t budget = o.kv_cache_bytes;
-  if (budget == 0) {
-    int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-    budget = phys / 4 / std::max(1, local_ranks);
-  }
+                            int64_t default_budget) {
+  const int64_t budget = o.kv_cache_bytes > 0 ? o.kv_cache_bytes : default_budget;
   const int64_t slots = o.max_batch + (o.max_batch > 1 ? 1 : 0);  // + the runner's padding slot
   const int64_t per_position = 2 * c.num_layers * slots * p.kv_heads_local * c.head_dim *
                                static_cast<int64_t>(act_bytes);
@@ -165,20 +163,33 @@ Communicator* choose_transport(const EngineOptions& o, Communicator& world, Back
 Engine::Engine(const EngineOptions& options, Communicator& world) {
   auto start = std::chrono::steady_clock::now();
   options.validate();
-  config_ = load_model_config(options.model_dir);
+  if (options.preset.empty()) {
+    config_ = load_model_config(options.model_dir);
+    store_ = std::make_unique<TensorStore>(options.model_dir);
+  } else {
+    RandomModel m = random_model(model_preset(options.preset, parse_arch_short_name(options.preset_arch)),
+                                 DType::kBF16, 0);
+    config_ = m.config;
+    store_ = std::make_unique<TensorStore>(std::move(m.tensors), "preset " + options.preset);
+  }
   spdlog::info("model: {}", config_.summary());
   plan_ = ShardPlan::make(config_, world.rank(), world.size());
   spdlog::debug("shard plan: {}", plan_.summary());
-  store_ = std::make_unique<TensorStore>(options.model_dir);
   backend_ = make_backend(options, *store_);
   comm_ = choose_transport(options, world, *backend_, owned_comm_);
   Communicator& comm = *comm_;
+  const size_t act_bytes = dtype_size(backend_->act_dtype());
+  // A requested context length against the model's limit before loading,
+  // then against the memory the weights left (the least over the ranks, so
+  // that every rank sizes its cache alike).
+  if (options.max_seq_len > 0)
+    resolve_max_seq_len(config_, plan_, options, act_bytes, std::numeric_limits<int64_t>::max());
+  ModelWeights weights = load_weights(*store_, config_, plan_, comm, *backend_, &load_stats_);
+  const int64_t kv_budget = min_over_ranks(world, backend_->default_kv_cache_bytes(options.local_ranks));
   RunnerLimits limits{.max_slots = options.max_batch,
-                      .max_seq = resolve_max_seq_len(config_, plan_, options, dtype_size(backend_->act_dtype()),
-                                                     comm.size()),
+                      .max_seq = resolve_max_seq_len(config_, plan_, options, act_bytes, kv_budget),
                       .max_step_tokens = options.max_step_tokens,
                       .max_logit_rows = std::max(options.max_batch, std::min<int64_t>(options.max_step_tokens, 64))};
-  ModelWeights weights = load_weights(*store_, config_, plan_, comm, *backend_, &load_stats_);
   // Host buffers: through the world's host transport, whatever the device transport.
   verify_same_on_all_ranks(world, load_stats_.replicated_checksum, "replicated weights checksum");
   spdlog::debug("read {} of {} sharded checkpoint bytes, {} replicated bytes", load_stats_.sharded_bytes_read,

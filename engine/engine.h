@@ -22,6 +22,10 @@ namespace lockstep {
 
 struct EngineOptions {
   std::filesystem::path model_dir;
+  // Instead of model_dir: the make-model preset (with preset_arch) whose
+  // random bf16 weights are generated in memory as they load (bench).
+  std::string preset;
+  std::string preset_arch = "llama";
   std::string backend = "cpu";   // cpu or cuda (see default_backend())
   std::string dtype = "auto";    // auto: float32 on the CPU; the checkpoint's 16-bit type on CUDA (f32 -> bf16)
   int local_rank = 0;            // picks the GPU: devices[local_rank % n], or local_rank % visible GPUs
@@ -35,7 +39,7 @@ struct EngineOptions {
   int64_t max_seq_len = 0;       // 0: the model's max_positions(), capped by kv_cache_bytes
   int64_t max_batch = 1;         // sequences at once
   int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
-  int64_t kv_cache_bytes = 0;    // 0: a quarter of this machine's memory, shared by its ranks
+  int64_t kv_cache_bytes = 0;    // 0: Backend::default_kv_cache_bytes (host memory on the CPU, free GPU memory on CUDA)
   int threads = 0;               // host threads per rank: CPU ops, weight loading (0: this host's cores / its ranks)
   bool eager = false;            // no graphs: launch every op of every step
   bool no_pdl = false;           // CUDA: no launch overlap (programmatic dependent launch)
@@ -79,6 +83,6 @@ std::string default_backend();
 // Resolves the KV-cache length: the requested one (refused when it exceeds
 // the budget or the model's positions) or the model's, capped by the budget.
 int64_t resolve_max_seq_len(const ModelConfig& config, const ShardPlan& plan, const EngineOptions& options,
-                            size_t act_bytes, int local_ranks);
+                            size_t act_bytes, int64_t default_budget);
 
 }  // namespace lockstep

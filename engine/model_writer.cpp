@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -45,11 +46,6 @@ struct TensorPlan {
   TensorSpec spec;
   float offset;  // value = offset + scale · uniform(-1, 1)
   float scale;
-  uint64_t bytes() const {
-    uint64_t n = 1;
-    for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
-    return n * dtype_size(spec.dtype);
-  }
 };
 
 std::vector<TensorPlan> plan_tensors(const ModelConfig& c, DType dtype) {
@@ -135,18 +131,25 @@ void write_json(const std::filesystem::path& path, const ordered_json& j) {
   LS_REQUIRE(out.good(), ErrorKind::kIo, "cannot write {}", path.string());
 }
 
+uint64_t spec_bytes(const TensorSpec& spec) {
+  uint64_t n = 1;
+  for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
+  return n * dtype_size(spec.dtype);
+}
+
 // Splits the tensors into shards of at most max_shard_bytes (a tensor larger
 // than that gets a shard of its own) and writes each, streaming.
-void write_tensors(const MakeModelOptions& o, const std::vector<TensorPlan>& plans) {
+void write_tensors(const MakeModelOptions& o, const std::vector<GeneratedTensor>& tensors) {
   std::vector<std::vector<size_t>> shards(1);
   uint64_t in_shard = 0;
-  for (size_t i = 0; i < plans.size(); ++i) {
-    if (!shards.back().empty() && in_shard + plans[i].bytes() > static_cast<uint64_t>(o.max_shard_bytes)) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t bytes = spec_bytes(tensors[i].spec);
+    if (!shards.back().empty() && in_shard + bytes > static_cast<uint64_t>(o.max_shard_bytes)) {
       shards.emplace_back();
       in_shard = 0;
     }
     shards.back().push_back(i);
-    in_shard += plans[i].bytes();
+    in_shard += bytes;
   }
   ordered_json weight_map = ordered_json::object();
   uint64_t total = 0;
@@ -155,17 +158,14 @@ void write_tensors(const MakeModelOptions& o, const std::vector<TensorPlan>& pla
                                           : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
     std::vector<TensorSpec> specs;
     for (size_t i : shards[s]) {
-      specs.push_back(plans[i].spec);
-      weight_map[plans[i].spec.name] = file;
-      total += plans[i].bytes();
+      specs.push_back(tensors[i].spec);
+      weight_map[tensors[i].spec.name] = file;
+      total += spec_bytes(tensors[i].spec);
     }
     const std::vector<size_t>& members = shards[s];
     write_safetensors(o.out / file, specs,
                       [&](size_t k, int64_t offset, int64_t count, float* dst) {
-                        const size_t idx = members[k];
-                        const TensorPlan& p = plans[idx];
-                        for (int64_t e = 0; e < count; ++e)
-                          dst[e] = p.offset + p.scale * uniform_pm1(o.seed, idx, static_cast<uint64_t>(offset + e));
+                        tensors[members[k]].fill(offset, count, dst);
                       },
                       {{"format", "pt"}});
     spdlog::info("wrote {}", (o.out / file).string());
@@ -173,6 +173,27 @@ void write_tensors(const MakeModelOptions& o, const std::vector<TensorPlan>& pla
   if (shards.size() > 1)
     write_json(o.out / "model.safetensors.index.json",
                ordered_json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+}
+
+ModelConfig complete_random_shape(const ModelConfig& shape) {
+  ModelConfig c = shape;
+  c.qkv_bias = c.arch == Arch::kQwen2 || c.o_bias;
+  c.qk_norm = c.arch == Arch::kQwen3;
+  c.bos_token_id = static_cast<int32_t>(c.vocab_size - 2);
+  c.eos_token_ids = {static_cast<int32_t>(c.vocab_size - 1)};
+  return c;
+}
+
+std::vector<GeneratedTensor> generated_tensors(const ModelConfig& c, DType dtype, uint64_t seed) {
+  auto plans = std::make_shared<const std::vector<TensorPlan>>(plan_tensors(c, dtype));
+  std::vector<GeneratedTensor> tensors;
+  for (size_t idx = 0; idx < plans->size(); ++idx)
+    tensors.push_back({(*plans)[idx].spec, [plans, idx, seed](int64_t first, int64_t count, float* dst) {
+                         const TensorPlan& p = (*plans)[idx];
+                         for (int64_t e = 0; e < count; ++e)
+                           dst[e] = p.offset + p.scale * uniform_pm1(seed, idx, static_cast<uint64_t>(first + e));
+                       }});
+  return tensors;
 }
 
 }  // namespace
@@ -206,19 +227,23 @@ ModelConfig model_preset(const std::string& preset, Arch arch) {
   LS_FAIL(ErrorKind::kInvalidArgument, "unknown preset '{}' (tiny, small, llama3-8b, llama3-70b, qwen3-8b)", preset);
 }
 
+RandomModel random_model(const ModelConfig& shape, DType dtype, uint64_t seed) {
+  const ModelConfig c = complete_random_shape(shape);
+  c.validate();
+  return {.config = parse_model_config(nlohmann::json::parse(config_json(c, dtype, ConfigStyle::kClassic).dump())),
+          .tensors = generated_tensors(c, dtype, seed)};
+}
+
 void write_random_model(const MakeModelOptions& options) {
   MakeModelOptions o = options;
-  o.shape.qkv_bias = o.shape.arch == Arch::kQwen2 || o.shape.o_bias;
-  o.shape.qk_norm = o.shape.arch == Arch::kQwen3;
-  o.shape.bos_token_id = static_cast<int32_t>(o.shape.vocab_size - 2);
-  o.shape.eos_token_ids = {static_cast<int32_t>(o.shape.vocab_size - 1)};
+  o.shape = complete_random_shape(o.shape);
   o.validate();
   std::filesystem::create_directories(o.out);
   write_json(o.out / "config.json", config_json(o.shape, o.dtype, o.style));
   write_json(o.out / "generation_config.json",
              ordered_json{{"bos_token_id", o.shape.bos_token_id}, {"eos_token_id", o.shape.eos_token_ids[0]},
                           {"do_sample", false}});
-  write_tensors(o, plan_tensors(o.shape, o.dtype));
+  write_tensors(o, generated_tensors(o.shape, o.dtype, o.seed));
   // A byte-level BPE tokenizer needs 256 byte ids plus the two special ones.
   if (o.write_tokenizer && o.shape.vocab_size >= 260)
     write_byte_level_bpe_tokenizer(o.out / "tokenizer.json", static_cast<int32_t>(o.shape.vocab_size));

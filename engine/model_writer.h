@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/config.h"
+#include "engine/io/safetensors.h"
 
 namespace lockstep {
 
@@ -29,5 +30,14 @@ struct MakeModelOptions {
 ModelConfig model_preset(const std::string& preset, Arch arch);
 
 void write_random_model(const MakeModelOptions& options);
+
+// The model write_random_model would write, in memory: its config (as
+// parsed back from its config.json) and its tensors, generated as they are
+// read with the same values (`bench --preset`: no checkpoint on disk).
+struct RandomModel {
+  ModelConfig config;
+  std::vector<GeneratedTensor> tensors;
+};
+RandomModel random_model(const ModelConfig& shape, DType dtype, uint64_t seed);
 
 }  // namespace lockstep

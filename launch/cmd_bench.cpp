@@ -232,7 +232,7 @@ int run_bench(BenchConfig& b) {
   const double copy_gbs = copy_bandwidth_gbs(b.engine.backend);
   Engine engine(b.engine, *world().comm);
   std::mt19937 rng(1234);
-  nlohmann::json report{{"model", b.engine.model_dir.string()}, {"backend", b.engine.backend},
+  nlohmann::json report{{"model", b.engine.preset.empty() ? b.engine.model_dir.string() : "preset " + b.engine.preset}, {"backend", b.engine.backend},
                         {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager}, {"pdl", !b.engine.no_pdl}, {"sync_steps", b.engine.sync_steps},
                         {"ctx", b.ctx}, {"steps", b.steps}, {"copy_gb_per_s", copy_gbs},
                         {"sampling", {{"temperature", b.sampling.temperature}, {"top_k", b.sampling.top_k},
@@ -265,7 +265,13 @@ int run_bench(BenchConfig& b) {
 void add_bench_command(CLI::App& root, CommandTable& table) {
   auto b = std::make_shared<BenchConfig>();
   CLI::App* cmd = root.add_subcommand("bench", "decode and prefill speed on random prompts");
-  cmd->add_option("--model", b->engine.model_dir, "Hugging Face model folder")->required();
+  auto* model = cmd->add_option("--model", b->engine.model_dir, "Hugging Face model folder");
+  cmd->add_option("--preset", b->engine.preset,
+                  "instead of --model: random bf16 weights of a make-model preset (tiny, small, llama3-8b, "
+                  "llama3-70b, qwen3-8b), generated in memory, no checkpoint")
+      ->excludes(model);
+  cmd->add_option("--arch", b->engine.preset_arch, "the preset's architecture (llama, mistral, qwen2, qwen3)")
+      ->capture_default_str();
   b->engine.backend = default_backend();
   b->engine.local_rank = world().local_rank;
   b->engine.local_ranks = world().local_size;

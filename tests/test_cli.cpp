@@ -307,5 +307,21 @@ TEST_F(Cli, BenchRunsGreedyAndSampledAndRefusesBadValues) {
   expect_clean_failure(run(lockstep(bench + " --steps 3"), dir_ / "short"), {"--steps > 4"});
 }
 
+// bench --preset: random weights generated in memory, no checkpoint; the
+// preset is named in the report, and bad or conflicting choices are refused.
+TEST_F(Cli, BenchRunsAPresetWithoutACheckpoint) {
+  const std::string bench = "bench --backend cpu --batch 1 --ctx 8 --prefill 16 --steps 6 --json " +
+                            (dir_ / "b.json").string();
+  CommandResult r = run(lockstep(bench + " --preset tiny --arch qwen3"), dir_ / "preset");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(read_file(dir_ / "b.json").find("\"preset tiny\""), std::string::npos);
+  EXPECT_NE(r.err.find("model: qwen3"), std::string::npos) << r.err;
+  expect_clean_failure(run(lockstep(bench + " --preset huge"), dir_ / "unknown"), {"unknown preset 'huge'"});
+  CommandResult both = run(lockstep(bench + " --preset tiny --model " + make_model("m").string()), dir_ / "both");
+  EXPECT_NE(both.exit_code, 0) << both.err;
+  EXPECT_NE(both.err.find("--model excludes --preset"), std::string::npos) << both.err;
+  expect_clean_failure(run(lockstep(bench), dir_ / "neither"), {"--model is required"});
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -139,18 +139,36 @@ TEST(MaxSeqLen, SlidingWindowCapsTheCache) {
   const ShardPlan plan = ShardPlan::make(c, 0, 1);
   EngineOptions o;
   o.max_batch = 1, o.kv_cache_bytes = 1 << 30;
-  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 1), 64);
+  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 0), 64);
   o.max_seq_len = 64;
-  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 1), 64);
+  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 0), 64);
   o.max_seq_len = 65;
-  expect_error([&] { resolve_max_seq_len(c, plan, o, 2, 1); }, ErrorKind::kInvalidArgument,
+  expect_error([&] { resolve_max_seq_len(c, plan, o, 2, 0); }, ErrorKind::kInvalidArgument,
                {"--max-seq-len 65", "sliding_window 64"});
   c.sliding_window = 0;
   o.max_seq_len = 257;
-  expect_error([&] { resolve_max_seq_len(c, plan, o, 2, 1); }, ErrorKind::kInvalidArgument,
+  expect_error([&] { resolve_max_seq_len(c, plan, o, 2, 0); }, ErrorKind::kInvalidArgument,
                {"--max-seq-len 257", "max_position_embeddings 256"});
   o.max_seq_len = 0;
-  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 1), 256);
+  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 0), 256);
+}
+
+// Without --kv-cache-bytes the backend's budget (the caller's default) caps
+// the cache; a requested length over it is refused, naming the budget.
+TEST(MaxSeqLen, DefaultBudgetCapsTheCache) {
+  ModelConfig c;
+  c.hidden_size = 64, c.intermediate_size = 96, c.vocab_size = 384;
+  c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
+  c.max_position_embeddings = 256;
+  const ShardPlan plan = ShardPlan::make(c, 0, 1);
+  EngineOptions o;
+  const int64_t per_position = 2 * 2 * 1 * 2 * 16 * 2;  // K and V, layers, slots, kv heads, head_dim, bytes
+  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 100 * per_position + 5), 100);
+  o.max_seq_len = 101;
+  expect_error([&] { resolve_max_seq_len(c, plan, o, 2, 100 * per_position); }, ErrorKind::kInvalidArgument,
+               {"--max-seq-len 101", "over the budget"});
+  o.kv_cache_bytes = 200 * per_position;  // an explicit budget wins over the default
+  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 100 * per_position), 101);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "engine/io/safetensors.h"
+#include "engine/model_writer.h"
 #include "tests/test_support.h"
 
 namespace lockstep {
@@ -401,6 +402,37 @@ TEST_F(TensorStoreFolder, TensorInTwoShards) {
   write_bytes(dir_ / "model.safetensors.index.json",
               R"({"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}})");
   expect_error([&] { TensorStore store(dir_); }, ErrorKind::kModel, {"duplicate", "'w'"});
+}
+
+// A random model generated in memory (bench --preset) holds exactly the
+// values make-model writes: every tensor, whole and in a column block, in its
+// own dtype and widened, with the same byte count read.
+TEST_F(Safetensors, GeneratedModelEqualsTheWrittenOne) {
+  ModelConfig shape = model_preset("tiny", Arch::kQwen3);
+  shape.vocab_size = 300;
+  MakeModelOptions o{.shape = shape, .dtype = DType::kBF16, .seed = 5, .out = dir_ / "m", .write_tokenizer = false};
+  write_random_model(o);
+  const TensorStore file(o.out);
+  RandomModel m = random_model(shape, DType::kBF16, 5);
+  EXPECT_EQ(m.config.summary(), load_model_config(o.out).summary());
+  const TensorStore generated(std::move(m.tensors), "preset tiny");
+  ASSERT_EQ(generated.names(), file.names());
+  for (const std::string& name : file.names()) {
+    const TensorInfo& t = file.info(name);
+    EXPECT_EQ(generated.info(name).shape, t.shape) << name;
+    EXPECT_EQ(generated.info(name).nbytes(), t.nbytes()) << name;
+    const int64_t rows = t.shape[0], cols = t.numel() / rows;
+    for (DType out : {DType::kBF16, DType::kF32}) {
+      const int64_t c0 = cols > 2 ? 1 : 0, c1 = cols > 2 ? cols - 1 : cols;  // a column block where there are columns
+      std::vector<uint8_t> a(static_cast<size_t>(rows * cols * 4)), b(a.size());
+      const uint64_t before = generated.bytes_read();
+      generated.read_block(name, 0, rows, c0, c1, out, a.data());
+      file.read_block(name, 0, rows, c0, c1, out, b.data());
+      EXPECT_EQ(a, b) << name << " as " << dtype_name(out);
+      EXPECT_EQ(generated.bytes_read() - before, static_cast<uint64_t>(rows * (c1 - c0) * 2)) << name;
+    }
+  }
+  expect_error([&] { generated.raw("model.norm.weight"); }, ErrorKind::kInternal, {"model.norm.weight", "generated"});
 }
 
 }  // namespace

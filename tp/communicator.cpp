@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -153,6 +154,12 @@ void verify_same_on_all_ranks(Communicator& comm, uint64_t local_checksum, const
   LS_REQUIRE(differing.empty(), ErrorKind::kRankFailure,
              "{} differs between rank 0 and rank(s) {} (checksum {:016x} on rank 0)", what, differing,
              all[0]);
+}
+
+int64_t min_over_ranks(Communicator& comm, int64_t local) {
+  std::vector<int64_t> all(static_cast<size_t>(comm.size()));
+  comm.all_gather(&local, all.data(), 2, DType::kF32);  // 8 bytes a rank, as above
+  return *std::min_element(all.begin(), all.end());
 }
 
 }  // namespace lockstep

@@ -51,4 +51,8 @@ std::unique_ptr<Communicator> make_mpi_communicator(double collective_timeout_s)
 // the ranks that disagree with rank 0 and what was compared.
 void verify_same_on_all_ranks(Communicator& comm, uint64_t local_checksum, const std::string& what);
 
+// The smallest of the ranks' values (host memory; every rank gets it), so
+// that sizes each rank derives from its own machine agree across the group.
+int64_t min_over_ranks(Communicator& comm, int64_t local);
+
 }  // namespace lockstep

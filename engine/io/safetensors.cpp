@@ -385,6 +385,18 @@ TensorStore::TensorStore(const fs::path& model_dir) : model_dir_(model_dir) {
   register_tensors(*files_.back());
 }
 
+TensorStore::TensorStore(std::vector<GeneratedTensor> tensors, const std::string& origin)
+    : model_dir_(origin), generated_(std::move(tensors)) {
+  generated_info_.reserve(generated_.size());  // entries_ point into it: no reallocation
+  for (const GeneratedTensor& g : generated_) {
+    TensorInfo t{.name = g.spec.name, .dtype = g.spec.dtype, .shape = g.spec.shape};
+    t.data_end = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
+    generated_info_.push_back(std::move(t));
+    const auto [it, is_new] = entries_.try_emplace(g.spec.name, Entry{nullptr, &generated_info_.back(), &g});
+    LS_REQUIRE(is_new, ErrorKind::kModel, "{}: tensor '{}' generated twice", origin, g.spec.name);
+  }
+}
+
 // Resolves a shard name from the index to a path that must lie inside the
 // model folder once `..` and symlinks are resolved.
 fs::path TensorStore::resolve_shard(const std::string& shard, const fs::path& index) const {
@@ -429,7 +441,7 @@ void TensorStore::open_shards(const fs::path& index) {
 
 void TensorStore::register_tensors(const SafetensorsFile& file) {
   for (const TensorInfo& t : file.tensors()) {
-    const auto [it, is_new] = entries_.try_emplace(t.name, Entry{&file, &t});
+    const auto [it, is_new] = entries_.try_emplace(t.name, Entry{&file, &t, nullptr});
     LS_REQUIRE(is_new, ErrorKind::kModel, "tensor '{}' appears in two shards: {} and {}", t.name,
                it->second.file->path().string(), file.path().string());
   }
@@ -472,9 +484,14 @@ void TensorStore::read_block(const std::string& name, int64_t row_begin, int64_t
 
   const auto in_size = static_cast<int64_t>(dtype_size(t.dtype));
   const auto out_size = static_cast<int64_t>(dtype_size(out));
-  const uint8_t* base = e.file->data(t);
   auto* to = static_cast<uint8_t*>(dst);
   const int64_t width = col_end - col_begin;
+  bytes_read_ += static_cast<uint64_t>((row_end - row_begin) * width * in_size);
+  if (e.generated != nullptr) {
+    read_generated(e, row_begin, row_end, col_begin, col_end, out, to);
+    return;
+  }
+  const uint8_t* base = e.file->data(t);
   // Elementwise, so the threads' split does not change a value; nothing in
   // the loops can throw (the three dtypes the parser admits always convert).
   if (width == cols) {  // whole rows are one contiguous range, cut into chunks
@@ -493,7 +510,28 @@ void TensorStore::read_block(const std::string& name, int64_t row_begin, int64_t
       convert_mapped(base + (r * cols + col_begin) * in_size, t.dtype, to + (r - row_begin) * width * out_size, out,
                      static_cast<size_t>(width));
   }
-  bytes_read_ += static_cast<uint64_t>((row_end - row_begin) * width * in_size);
+}
+
+// Each row's values in pieces: generated as float32, rounded to the
+// tensor's dtype, converted to `out`.
+void TensorStore::read_generated(const Entry& e, int64_t row_begin, int64_t row_end, int64_t col_begin,
+                                 int64_t col_end, DType out, uint8_t* dst) const {
+  const TensorInfo& t = *e.info;
+  const int64_t cols = matrix_shape(t).second;
+  const int64_t width = col_end - col_begin;
+  const auto out_size = static_cast<int64_t>(dtype_size(out));
+  constexpr int64_t kPiece = 4096;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    float values[kPiece];
+    uint8_t stored[kPiece * 4];
+    for (int64_t c = 0; c < width; c += kPiece) {
+      const int64_t n = std::min(kPiece, width - c);
+      e.generated->fill(r * cols + col_begin + c, n, values);
+      convert_from_f32(values, stored, t.dtype, static_cast<size_t>(n));
+      convert_mapped(stored, t.dtype, dst + ((r - row_begin) * width + c) * out_size, out, static_cast<size_t>(n));
+    }
+  }
 }
 
 std::vector<float> TensorStore::read_all(const std::string& name) const {
@@ -506,6 +544,7 @@ std::vector<float> TensorStore::read_all(const std::string& name) const {
 
 const uint8_t* TensorStore::raw(const std::string& name) const {
   const Entry& e = entry(name);
+  LS_REQUIRE(e.file != nullptr, ErrorKind::kInternal, "tensor '{}' is generated: it has no bytes to map", name);
   return e.file->data(*e.info);
 }
 

@@ -58,6 +58,20 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+struct TensorSpec {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+
+// A tensor that a function produces instead of a file: fill(first, count,
+// out) writes elements [first, first + count) as float32; the store rounds
+// them to spec.dtype, as a file of that dtype would hold them.
+struct GeneratedTensor {
+  TensorSpec spec;
+  std::function<void(int64_t, int64_t, float*)> fill;
+};
+
 // All tensors of a model folder: model.safetensors, or the shards listed by
 // model.safetensors.index.json (every shard must lie inside the folder, every
 // tensor named by the index must be in the shard it names, and no tensor may
@@ -69,6 +83,10 @@ class SafetensorsFile {
 class TensorStore {
  public:
   explicit TensorStore(const std::filesystem::path& model_dir);
+  // Tensors generated as they are read (a random-weight model with no
+  // files); `origin` names them in errors. Reads count bytes as from a file
+  // of the tensors' dtypes; raw() has no bytes to give.
+  TensorStore(std::vector<GeneratedTensor> tensors, const std::string& origin);
 
   bool has(const std::string& name) const;
   const TensorInfo& info(const std::string& name) const;  // throws kModel naming the tensor
@@ -86,16 +104,19 @@ class TensorStore {
                   int64_t col_end, DType out, void* dst) const;
   // The whole tensor as float32.
   std::vector<float> read_all(const std::string& name) const;
-  // Raw bytes of the whole tensor (its own dtype).
+  // Raw bytes of the whole tensor (its own dtype); not for generated tensors.
   const uint8_t* raw(const std::string& name) const;
 
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:
   struct Entry {
-    const SafetensorsFile* file;
+    const SafetensorsFile* file;         // null for a generated tensor
     const TensorInfo* info;
+    const GeneratedTensor* generated;  // null for a tensor in a file
   };
+  void read_generated(const Entry& e, int64_t row_begin, int64_t row_end, int64_t col_begin, int64_t col_end,
+                      DType out, uint8_t* dst) const;
   const Entry& entry(const std::string& name) const;
   void open_shards(const std::filesystem::path& index);
   std::filesystem::path resolve_shard(const std::string& shard,
@@ -104,6 +125,8 @@ class TensorStore {
 
   std::filesystem::path model_dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<GeneratedTensor> generated_;
+  std::vector<TensorInfo> generated_info_;
   std::map<std::string, Entry> entries_;
   mutable uint64_t bytes_read_ = 0;
 };
@@ -111,11 +134,6 @@ class TensorStore {
 // Streams a safetensors file: the header is written from the declared tensors,
 // then each tensor's bytes are produced in order by a callback, chunk by
 // chunk, so a file far larger than memory can be written.
-struct TensorSpec {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-};
 
 // fill(tensor_index, element_offset, count, float* out) must write `count`
 // float32 values; the writer converts them to the tensor's dtype.
