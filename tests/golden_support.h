@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -40,6 +41,27 @@ inline double max_abs_diff(const NpyArray& a, const NpyArray& b) {
   for (size_t i = 0; i < std::min(a.values.size(), b.values.size()); ++i)
     m = std::max(m, std::abs(a.values[i] - b.values[i]));
   return m;
+}
+
+// Row `r` of a [rows, cols] array.
+inline std::vector<double> row(const NpyArray& a, size_t r) {
+  const size_t cols = a.shape.at(1);
+  return {a.values.begin() + static_cast<std::ptrdiff_t>(r * cols),
+          a.values.begin() + static_cast<std::ptrdiff_t>((r + 1) * cols)};
+}
+
+inline double top2_margin(std::vector<double> v) {
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+  return v[0] - v[1];
+}
+
+// The fraction of the logits' std allowed on the GPU for the dtype it
+// computes in (the reasons are in tests/cuda/test_cuda_golden.cpp):
+// float32 1e-3, f16 checkpoints 0.03, bf16 (and float32 checkpoints run in
+// bf16) 0.1.
+inline double gpu_tolerance_fraction(bool float32, const std::string& checkpoint_dtype) {
+  if (float32) return 1e-3;
+  return checkpoint_dtype == "torch.float16" ? 0.03 : 0.1;
 }
 
 }  // namespace lockstep::golden

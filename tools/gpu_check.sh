@@ -6,7 +6,8 @@
 # table is printed last.
 #   tools/gpu_check.sh [DEBS_DIR [STAGE...]]
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
-# all): tests sanitize e2e bench_small tp; on request attention and
+# all): tests sanitize e2e bench_small tp; on request multi_gpu (needs 2+
+# GPUs: tensor parallelism over all of them), attention and
 # profile_attention (benchmarks/attention_bench), linear
 # (benchmarks/linear_bench: the weight stream per layer shape), sample
 # (benchmarks/sample_bench: the sample op alone), profile_sample, bench_8b
@@ -172,6 +173,42 @@ if want tp; then
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 2 "$BUILD/allreduce_bench" 50 \
     > "$OUT/allreduce_2ranks.txt" 2>&1
   note "allreduce_bench 2 ranks, one GPU rc=$?"
+fi
+
+# multi_gpu: tensor parallelism over this machine's GPUs (2 or more): the
+# MultiGpu tests (TP=N against TP=1 in 4 shards side by side, then the
+# fault tests alone), all-reduce at N ranks (NCCL eager and graphed), and
+# bench on random weights generated in memory: the llama3-8b preset at TP=1
+# and TP=N, the llama3-70b preset at TP=N (MULTI_BENCH_BATCH, default 1,32).
+if want multi_gpu; then
+  NGPU=$(nvidia-smi -L | wc -l)
+  ranks() {  # SECONDS N COMMAND...: COMMAND at N ranks (N = 1: alone), for at most SECONDS
+    local limit=$1 n=$2; shift 2
+    if [ "$n" = 1 ]; then timeout "$limit" "$@"; else
+      timeout "$limit" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --bind-to none \
+        -x NCCL_NVLS_ENABLE=0 -np "$n" "$@"
+    fi
+  }
+  for i in 0 1 2 3; do
+    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i "$T" --gtest_brief=1 --gtest_filter='MultiGpuGolden*:MultiGpu/*' \
+      > "$OUT/multi_tests_$i.log" 2>&1 &
+  done
+  wait
+  note "multi-GPU parity tests ($NGPU GPUs): $(cat "$OUT"/multi_tests_*.log | grep -E '^\[  (PASSED|FAILED|SKIPPED)' |
+    awk '{n[$2]+=$3} END {for (k in n) printf "%s %d ", k, n[k]}')"
+  grep -h -E "^TP=|Failure|Expected|Which is" "$OUT"/multi_tests_*.log | sort | uniq -c | sort -rn | head -30
+  "$T" --gtest_brief=1 --gtest_filter='MultiGpuFaults*' > "$OUT/multi_faults.log" 2>&1
+  note "multi-GPU fault tests rc=$? $(grep -E '^job ended|PASSED|FAILED' "$OUT/multi_faults.log" | tr '\n' ' ')"
+  ranks 120 "$NGPU" "$BUILD/allreduce_bench" 50 > "$OUT/allreduce_${NGPU}ranks.txt" 2>&1
+  note "allreduce_bench $NGPU ranks rc=$? (table in allreduce_${NGPU}ranks.txt)"
+  grep -E "nccl" "$OUT/allreduce_${NGPU}ranks.txt" | head -40
+  BENCH=(bench --batch "${MULTI_BENCH_BATCH:-1,32}" --ctx 1024 --steps 64)
+  for run in "8b 1" "8b $NGPU" "70b $NGPU"; do
+    set -- $run
+    ranks 300 "$2" "$L" "${BENCH[@]}" --preset "llama3-$1" --json "$OUT/bench_$1_tp$2.json" \
+      > "$OUT/bench_$1_tp$2.txt" 2> "$OUT/bench_$1_tp$2.log"
+    note "bench llama3-$1 TP=$2 rc=$? $(grep -E '^(copy|prefill|[0-9]+ )' "$OUT/bench_$1_tp$2.txt" | tr -s ' ' | tr '\n' ';')"
+  done
 fi
 
 if want bench_small; then

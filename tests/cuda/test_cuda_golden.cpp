@@ -47,24 +47,6 @@ std::vector<CudaGoldenParam> cuda_golden_params() {
   return p;
 }
 
-// The fraction of the golden std allowed for the dtype the GPU computes in.
-double tolerance_fraction(const CudaGoldenParam& p, const std::string& checkpoint_dtype) {
-  if (p.float32) return 1e-3;
-  return checkpoint_dtype == "torch.float16" ? 0.03 : 0.1;
-}
-
-// Row `r` of a [rows, cols] array.
-std::vector<double> row(const NpyArray& a, size_t r) {
-  const size_t cols = a.shape.at(1);
-  return {a.values.begin() + static_cast<std::ptrdiff_t>(r * cols),
-          a.values.begin() + static_cast<std::ptrdiff_t>((r + 1) * cols)};
-}
-
-double top2_margin(std::vector<double> v) {
-  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
-  return v[0] - v[1];
-}
-
 class CudaGolden : public TempDirTest, public ::testing::WithParamInterface<CudaGoldenParam> {
  protected:
   void SetUp() override {
@@ -80,7 +62,7 @@ TEST_P(CudaGolden, ScoreAndGenerateMatchTransformers) {
   const std::string prompt = fmt::format("{}", fmt::join(meta["prompt"].get<std::vector<int>>(), ","));
   const std::string common = "--backend cuda --model " + (dir / "model").string() + " --prompt-ids " + prompt +
                              (gp.float32 ? " --dtype float32" : "");
-  const double fraction = tolerance_fraction(gp, meta["dtype"].get<std::string>());
+  const double fraction = gpu_tolerance_fraction(gp.float32, meta["dtype"].get<std::string>());
 
   CommandResult s = run(lockstep("score " + common + " --dump-logits " + (dir_ / "score.npy").string()),
                         dir_ / "score", 300);
