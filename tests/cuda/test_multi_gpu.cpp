@@ -88,7 +88,7 @@ void expect_tp_matches_tp_one(int ranks, const fs::path& model, const std::strin
   }
   const auto same = static_cast<size_t>(std::mismatch(n.ids.begin(), n.ids.end(), one.ids.begin()).first -
                                         n.ids.begin());
-  std::printf("TP=%d vs TP=1 %s: score max |diff| %.3g (%.3g of std, tol %.3g); generate %.3g over %zu steps; "
+  std::printf("TP=%d vs TP=1 %s: score max |diff| %.3g (%.3g of std, tol %.3g); generate %.3g over %zu of %zu steps; "
               "%zu of %zu greedy ids identical\n",
               ranks, float32 ? "float32" : "16-bit", score_err, score_err / stddev(one.score_logits), fraction,
               gen_err, compared, one.ids.size(), same, one.ids.size());
