@@ -124,16 +124,22 @@ class NcclCommunicator final : public Communicator {
     last_ = what;
   }
 
-  // Waits for a non-blocking NCCL call to finish.
+  // Waits for a non-blocking NCCL call to finish. An enqueue finishes in
+  // microseconds: the wait spins (yielding) for its first milliseconds and
+  // sleeps only after that (sleeping from the start cost every eager
+  // collective ~1.1 ms, measured on two H200s).
   void settle(const char* what, std::chrono::duration<double> limit) {
-    auto start = std::chrono::steady_clock::now();
+    const auto start = std::chrono::steady_clock::now();
     ncclResult_t state = ncclInProgress;
     while (true) {
       LS_CHECK_NCCL_CALL(ncclCommGetAsyncError(comm_, &state));
       if (state != ncclInProgress) break;
-      LS_REQUIRE(std::chrono::steady_clock::now() - start < limit, ErrorKind::kNccl, "rank {}: {} did not finish", rank_,
-                 what);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const auto waited = std::chrono::steady_clock::now() - start;
+      LS_REQUIRE(waited < limit, ErrorKind::kNccl, "rank {}: {} did not finish", rank_, what);
+      if (waited < std::chrono::milliseconds(5))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     LS_REQUIRE(state == ncclSuccess, ErrorKind::kNccl, "rank {}: {} failed: {}", rank_, what, ncclGetErrorString(state));
   }
