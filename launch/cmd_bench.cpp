@@ -3,9 +3,10 @@
 // Decode: for each batch size, that many sequences with a prompt of --ctx
 // random tokens, then --steps greedy steps; the time per step is taken
 // between the third and the last step (the first steps of a batch size run
-// eagerly and capture its graph). Achieved bandwidth counts the bytes a step
-// must read (every weight once, each sequence's KV cache at the mean
-// context) against a device-to-device copy measured in the same run. With
+// eagerly and capture its graph). Achieved bandwidth counts the bytes one
+// GPU must read in a step (its share of every weight once and of each
+// sequence's KV cache at the mean context) against a device-to-device copy
+// on that GPU measured in the same run. With
 // graphs, the last step's graph is also replayed back to back (the GPU's
 // time per step alone) and with a wait after each replay.
 // Prefill: one --prefill-token prompt (after one warm-up), in one step.
@@ -90,11 +91,22 @@ double gpu_memory_used_gib(const std::string& backend) {
 #endif
 }
 
-// Weights every step reads (matmuls and the LM head), in bytes.
+// Weights every step reads (matmuls and the LM head), in bytes, all ranks together.
 double weight_bytes(const ModelConfig& c, size_t elem) {
   const double layer = static_cast<double>(c.hidden_size) * (c.qkv_dim() + c.q_dim() + 3.0 * c.intermediate_size);
   return (static_cast<double>(c.num_layers) * layer + static_cast<double>(c.vocab_size) * c.hidden_size) *
          static_cast<double>(elem);
+}
+
+// Bytes one rank reads in a decode step: its shares of the weights and of
+// the KV cache (`positions` cached positions over the batch).
+double rank_step_bytes(const ModelConfig& c, const ShardPlan& p, size_t elem, double positions) {
+  const double hd = static_cast<double>(c.head_dim);
+  const double q = static_cast<double>(p.q_heads_local) * hd, kv = static_cast<double>(p.kv_heads_local) * hd;
+  const double layer = static_cast<double>(c.hidden_size) * (q + 2.0 * kv + q + 3.0 * static_cast<double>(p.inter_local));
+  const double weights = static_cast<double>(c.num_layers) * layer + static_cast<double>(p.vocab_local) * c.hidden_size;
+  const double cache = positions * 2.0 * static_cast<double>(c.num_layers) * kv;
+  return (weights + cache) * static_cast<double>(elem);
 }
 
 std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, std::mt19937& rng) {
@@ -106,8 +118,9 @@ std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, std::mt19937& rng) 
 
 // The collectives of one decode step on their own: the embedding's and two
 // per layer's all-reduces of [batch, hidden] through the engine's transport,
-// repeated, then one backend synchronization (NCCL work is on the stream).
-double collective_ms_per_step(Engine& engine, int64_t batch) {
+// captured in one graph as the step's are (eager when the steps are), run
+// 20 times, then one backend synchronization.
+double collective_ms_per_step(Engine& engine, int64_t batch, bool graphs) {
   Communicator& comm = engine.group().comm();
   if (comm.size() == 1) return 0.0;
   Backend& be = engine.backend();
@@ -115,8 +128,18 @@ double collective_ms_per_step(Engine& engine, int64_t batch) {
   Buffer buf = be.alloc(count * static_cast<int64_t>(dtype_size(be.act_dtype())));
   be.to_backend(buf.data(), std::vector<uint8_t>(static_cast<size_t>(buf.bytes()), 0).data(), buf.bytes());
   const int64_t per_step = 1 + 2 * engine.config().num_layers;
+  auto enqueue_step = [&] {
+    for (int64_t i = 0; i < per_step; ++i) comm.all_reduce_sum(buf.data(), count, be.act_dtype());
+  };
+  constexpr int64_t kGraph = -1;  // apart from the steps' graphs (keys >= 0)
+  const bool graphed = graphs && be.supports_graphs() && comm.capturable();
+  if (graphed) {
+    be.capture_begin();
+    enqueue_step();
+    be.capture_end(kGraph);
+  }
   auto run = [&](int steps) {
-    for (int64_t i = 0; i < steps * per_step; ++i) comm.all_reduce_sum(buf.data(), count, be.act_dtype());
+    for (int i = 0; i < steps; ++i) graphed ? be.replay(kGraph) : enqueue_step();
     be.synchronize();
   };
   run(2);  // warm-up
@@ -177,9 +200,8 @@ nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b,
   const double secs = std::chrono::duration<double>(step_done.back() - step_done[2]).count();
   const double step_ms = secs * 1e3 / static_cast<double>(b.steps - 3);
   const size_t elem = dtype_size(engine.backend().act_dtype());
-  const double kv_bytes = static_cast<double>(batch) * (static_cast<double>(b.ctx) + b.steps / 2.0) * 2.0 *
-                          static_cast<double>(c.num_layers * c.kv_dim()) * static_cast<double>(elem);
-  const double gbs = (weight_bytes(c, elem) + kv_bytes) / (step_ms * 1e-3) / 1e9;
+  const double positions = static_cast<double>(batch) * (static_cast<double>(b.ctx) + b.steps / 2.0);
+  const double gbs = rank_step_bytes(c, engine.plan(), elem, positions) / (step_ms * 1e-3) / 1e9;  // one GPU's
   const GraphTimes graph = graph_ms_per_step(engine);
   return {{"batch", batch},
           {"tok_per_s", static_cast<double>(batch) * 1e3 / step_ms},
@@ -189,7 +211,7 @@ nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b,
           {"graph_synced_ms_per_step", graph.synced},
           {"graph_queued_ms_per_step", graph.queued},
           {"pct_of_copy", copy_gbs > 0 ? 100.0 * gbs / copy_gbs : 0.0},
-          {"collective_ms_per_step", collective_ms_per_step(engine, batch)}};
+          {"collective_ms_per_step", collective_ms_per_step(engine, batch, !b.engine.eager)}};
 }
 
 nlohmann::json bench_prefill(Engine& engine, const BenchConfig& b, std::mt19937& rng) {
@@ -229,8 +251,8 @@ int run_bench(BenchConfig& b) {
   b.engine.max_seq_len = std::max(b.ctx + b.steps, b.prefill + 1);
   b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
   b.engine.collective_timeout_s = world().collective_timeout_s;
-  const double copy_gbs = copy_bandwidth_gbs(b.engine.backend);
   Engine engine(b.engine, *world().comm);
+  const double copy_gbs = copy_bandwidth_gbs(b.engine.backend);  // on the engine's device, which it made current
   std::mt19937 rng(1234);
   nlohmann::json report{{"model", b.engine.preset.empty() ? b.engine.model_dir.string() : "preset " + b.engine.preset}, {"backend", b.engine.backend},
                         {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager}, {"pdl", !b.engine.no_pdl}, {"sync_steps", b.engine.sync_steps},
@@ -249,7 +271,7 @@ int run_bench(BenchConfig& b) {
                            pf["tok_per_s"].get<double>(), pf["tflop_per_s"].get<double>());
   std::cout << fmt::format("{} rank(s) via {}; decode sampling: temperature {} top-k {} top-p {}\n", world().size,
                            engine.group().comm().name(), b.sampling.temperature, b.sampling.top_k, b.sampling.top_p);
-  std::cout << "batch  tok/s      ms/step  graph ms/step (synced, queued)  GB/s    %copy  collectives ms/step (alone)\n";
+  std::cout << "batch  tok/s      ms/step  graph ms/step (synced, queued)  GB/s/GPU %copy  collectives ms/step (alone)\n";
   for (const auto& d : report["decode"])
     std::cout << fmt::format("{:<6} {:<10.1f} {:<8.3f} {:<6.3f} ({:.3f}, {:.3f})         {:<7.0f} {:<6.1f} {:.3f}\n",
                              d["batch"].get<int64_t>(), d["tok_per_s"].get<double>(), d["ms_per_step"].get<double>(),
