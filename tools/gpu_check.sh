@@ -27,7 +27,7 @@ want() { [[ " $STAGES " == *" $1 "* ]]; }
 
 # The summary also goes to summary.txt as it grows, so that a run cut off by
 # a time limit still reports its finished stages.
-note() { SUMMARY+=("$1"); echo "== $1"; echo "$1" >> "$OUT/summary.txt"; }
+note() { SUMMARY+=("[${SECONDS}s] $1"); echo "== [${SECONDS}s] $1"; echo "[${SECONDS}s] $1" >> "$OUT/summary.txt"; }
 
 dpkg -l | grep -E "spdlog|gtest|googletest|cli11|pcre2|utf8proc|nlohmann|openmpi" | awk '{print $2, $3}' > "$OUT/dpkg.txt"
 nvidia-smi -L | tee "$OUT/gpu.txt"
@@ -189,8 +189,14 @@ if want multi_gpu; then
         -x NCCL_NVLS_ENABLE=0 -np "$n" "$@"
     fi
   }
+  # One TP=N generation timed on its own first: start-up, NCCL set-up and exit.
+  "$L" make-model --preset small --out "$M" > "$OUT/make_model.log" 2>&1
+  start=$SECONDS
+  ranks 120 "$NGPU" "$L" --log-level debug generate --backend cuda --comm nccl --model "$M" --prompt-ids 1,2,3 \
+    --max-new-tokens 32 --ignore-eos > "$OUT/multi_generate.txt" 2> "$OUT/multi_generate.log"
+  note "TP=$NGPU generate of small rc=$? in $((SECONDS - start)) s; last log line: $(tail -1 "$OUT/multi_generate.log")"
   for i in 0 1 2 3; do
-    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i "$T" --gtest_brief=1 --gtest_filter='MultiGpuGolden*:MultiGpu/*' \
+    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i "$T" --gtest_filter='MultiGpuGolden*:MultiGpu/*' \
       > "$OUT/multi_tests_$i.log" 2>&1 &
   done
   wait
