@@ -12,7 +12,7 @@
 # (benchmarks/linear_bench: the weight stream per layer shape), sample
 # (benchmarks/sample_bench: the sample op alone), profile_sample, bench_8b
 # (llama3-8b with the PyTorch peers; slow), bench_8b_lockstep, bench_8b_nopdl,
-# bench_8b_sample and profile_8b (after one of the two). The build runs
+# bench_8b_sample and profile_8b (on the llama3-8b preset). The build runs
 # unless NO_BUILD=1 finds one.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep_out}
@@ -274,21 +274,20 @@ fi
 # The same model at batch 1 and 32 without launch overlap (--no-pdl), to
 # tell its share of the step time.
 if want bench_8b_nopdl; then
-  "$L" bench --model /tmp/llama3_8b_random --batch 1,32 --ctx 1024 --steps 64 --no-pdl \
+  "$L" bench --preset llama3-8b --batch 1,32 --ctx 1024 --steps 64 --no-pdl \
     > "$OUT/bench_8b_nopdl.txt" 2> "$OUT/bench_8b_nopdl.log"
   note "bench 8b --no-pdl rc=$? $(grep -E '^(1|32) ' "$OUT/bench_8b_nopdl.txt" | tr '\n' ' ')"
 fi
 
 # bench_8b_sample: the same at batch 1 and 32 with sampled decoding (the sample op instead of argmax).
 if want bench_8b_sample; then
-  "$L" bench --model /tmp/llama3_8b_random --batch 1,32 --ctx 1024 --steps 64 --temperature 0.7 --top-p 0.9 \
+  "$L" bench --preset llama3-8b --batch 1,32 --ctx 1024 --steps 64 --temperature 0.7 --top-p 0.9 \
     > "$OUT/bench_8b_sample.txt" 2> "$OUT/bench_8b_sample.log"
   note "bench 8b sampled rc=$? $(grep -E '^(1|32) ' "$OUT/bench_8b_sample.txt" | tr '\n' ' ')"
 fi
 
 # profile_8b: every kernel's duration (ncu) in one eager decode step of
-# llama3-8b at batch PROFILE_BATCH (default 1), summed by kernel (after
-# bench_8b_lockstep, which makes the model). With PROFILE_LAYER=N only layer
+# llama3-8b at batch PROFILE_BATCH (default 1), summed by kernel. With PROFILE_LAYER=N only layer
 # N's kernels are profiled (an NVTX range; much faster at large batches,
 # whose context fill is thousands of kernels) and one decode period of it is
 # summed.
@@ -296,7 +295,7 @@ if want profile_8b; then
   NVTX=(); PERIOD=()
   [ -n "${PROFILE_LAYER:-}" ] && { NVTX=(--nvtx --nvtx-include "layer ${PROFILE_LAYER}/"); PERIOD=(--layer); }
   timeout ${PROFILE_TIMEOUT_S:-150} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    "${NVTX[@]}" "$L" bench --model /tmp/llama3_8b_random --batch ${PROFILE_BATCH:-1} --ctx 1024 --steps 4 \
+    "${NVTX[@]}" "$L" bench --preset llama3-8b --batch ${PROFILE_BATCH:-1} --ctx 1024 --steps 4 \
     --prefill 64 --eager > "$OUT/profile_8b.csv" 2> "$OUT/profile_8b.log"
   note "profile 8b rc=$?"
   python3 "$SRC/tools/kernel_times.py" "${PERIOD[@]}" "$OUT/profile_8b.csv" | tee "$OUT/profile_8b.txt"
