@@ -68,8 +68,11 @@ class Engine {
   ModelConfig config_;
   ShardPlan plan_;
   std::unique_ptr<TensorStore> store_;
-  std::unique_ptr<Backend> backend_;
+  // Declared before the backend, so destroyed after it: NCCL (2.26 and
+  // later) will not destroy a communicator while CUDA graphs that captured
+  // its collectives (the backend's) still exist, and would wait forever.
   std::unique_ptr<Communicator> owned_comm_;  // a device transport made for the backend
+  std::unique_ptr<Backend> backend_;
   Communicator* comm_ = nullptr;              // the tensor-parallel transport in use
   LoadStats load_stats_;
   std::unique_ptr<Runner> runner_;

@@ -51,10 +51,10 @@ TpRun run_at(int ranks, const fs::path& model, const std::string& prompt, int ne
   const fs::path gen = scratch / (tag + "_gen.npy"), score = scratch / (tag + "_score.npy");
   CommandResult g = run(launcher + lockstep("generate " + common + " --ignore-eos --max-new-tokens " +
                                             std::to_string(new_tokens) + " --dump-logits " + gen.string()),
-                        scratch / (tag + "_gen"), 300);
+                        scratch / (tag + "_gen"), 120);
   EXPECT_EQ(g.exit_code, 0) << g.err;
   CommandResult s = run(launcher + lockstep("score " + common + " --dump-logits " + score.string()),
-                        scratch / (tag + "_score"), 300);
+                        scratch / (tag + "_score"), 120);
   EXPECT_EQ(s.exit_code, 0) << s.err;
   if (g.exit_code != 0 || s.exit_code != 0) return {};
   TpRun r{.generate_logits = read_npy(gen), .score_logits = read_npy(score)};

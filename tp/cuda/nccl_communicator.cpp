@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <exception>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -57,15 +58,37 @@ class NcclCommunicator final : public Communicator {
     watchdog_ = std::make_unique<CollectiveWatchdog>(
         std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000)),
         [this] { return async_error(); },
+        // No ncclCommAbort on the way out: like ncclCommDestroy it waits
+        // for every CUDA graph that captured this communicator's
+        // collectives (NCCL 2.26+), and the decode graphs are alive here.
+        // Ending the process ends its kernels; mpirun ends the others.
         [this](const std::string& m) {
-          ncclCommAbort(comm_);
           end_process_after_collective_failure(fmt::format("rank {}: NCCL {}", rank_, m));
         });
   }
 
+  // Finalizes (collective: it flushes this rank's work and synchronizes
+  // with the peers), then destroys; a peer that never finalizes makes the
+  // wait run into the collective timeout, and the communicator is aborted.
+  // While an error unwinds (this rank alone may be failing) it aborts at
+  // once. The CUDA graphs that captured its collectives must be gone by now:
+  // NCCL 2.26+ waits for them in both calls (Engine destroys its backend
+  // first).
   ~NcclCommunicator() override {
     watchdog_.reset();
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (comm_ == nullptr) return;
+    if (std::uncaught_exceptions() > 0) {
+      ncclCommAbort(comm_);
+      return;
+    }
+    try {
+      LS_CHECK_NCCL_CALL(ncclCommFinalize(comm_));
+      settle("ncclCommFinalize", std::chrono::duration<double>(timeout_s_));
+      ncclCommDestroy(comm_);
+    } catch (const Error& e) {
+      spdlog::warn("{}; aborting the communicator", e.what());
+      ncclCommAbort(comm_);
+    }
   }
 
   int rank() const override { return rank_; }
@@ -86,11 +109,9 @@ class NcclCommunicator final : public Communicator {
   void barrier() override {
     if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);
   }
-  [[noreturn]] void abort(int exit_code) override {
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
+  [[noreturn]] void abort(int exit_code) override {  // no ncclCommAbort: see the watchdog's callback
     if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
-    std::exit(exit_code);
+    std::_Exit(exit_code);
   }
   void wait_begins(const char* what) override {
     watchdog_->wait_begins(fmt::format("{} (last collective enqueued: {})", what, last_));
