@@ -88,7 +88,10 @@ int main(int argc, char** argv) {
     check(cudaMalloc(&dbuf, max_bytes), "malloc");
     check(cudaMemset(dbuf, 0, max_bytes), "memset");
     std::vector<float> hbuf(max_bytes / 4, 0.0f);
-    for (size_t bytes = 2048; bytes <= max_bytes; bytes *= 4) {
+    std::vector<size_t> sizes;  // 2 KB, 8 KB, ... 32 MB, and 64 MB
+    for (size_t bytes = 2048; bytes < max_bytes; bytes *= 4) sizes.push_back(bytes);
+    sizes.push_back(max_bytes);
+    for (size_t bytes : sizes) {
       const int64_t count = static_cast<int64_t>(bytes / 4);
       const int n = bytes >= (16u << 20) ? std::max(5, iters / 10) : iters;
       if (nccl) {
