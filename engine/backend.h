@@ -90,10 +90,11 @@ class Backend {
   // The device index this backend runs on (-1: the CPU).
   virtual int device() const { return -1; }
   // Bytes the KV cache may take when --kv-cache-bytes is not given, asked
-  // once the weights are in memory: on the CPU a quarter of the host's
-  // memory shared by its `local_ranks`; on a GPU its free memory less a
-  // tenth of the total (activations, workspaces, graphs, NCCL's buffers).
-  virtual int64_t default_kv_cache_bytes(int local_ranks) const;
+  // once the weights are in memory, for each of the `sharing` ranks whose
+  // buffers share this memory: on the CPU a quarter of the host's memory;
+  // on a GPU its free memory less a tenth of the total (activations,
+  // workspaces, graphs, NCCL's buffers).
+  virtual int64_t default_kv_cache_bytes(int sharing) const;
 
   // Named ranges for profilers (NVTX on CUDA); no-ops elsewhere.
   virtual void range_push(const char* /*name*/) {}

@@ -26,9 +26,9 @@ Buffer Backend::upload(const std::vector<float>& host, DType dtype) {
   return buf;
 }
 
-int64_t Backend::default_kv_cache_bytes(int local_ranks) const {
+int64_t Backend::default_kv_cache_bytes(int sharing) const {
   const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-  return phys / 4 / std::max(1, local_ranks);
+  return phys / 4 / std::max(1, sharing);
 }
 
 namespace {

@@ -57,10 +57,11 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   void* stream_handle() const override { return stream_; }
   int device() const override { return device_; }
-  int64_t default_kv_cache_bytes(int /*local_ranks*/) const override {
+  int64_t default_kv_cache_bytes(int sharing) const override {
     size_t free_bytes = 0, total = 0;
     LS_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
-    return std::max<int64_t>(static_cast<int64_t>(free_bytes) - static_cast<int64_t>(total / 10), 0);
+    const int64_t usable = std::max<int64_t>(static_cast<int64_t>(free_bytes) - static_cast<int64_t>(total / 10), 0);
+    return usable / std::max(1, sharing);
   }
   DType act_dtype() const override { return dtype_; }
   DType weight_dtype() const override { return dtype_; }

@@ -122,6 +122,25 @@ int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const Engi
   return std::min(fits, limit);
 }
 
+// The GPUs this host's ranks spread over: --devices' distinct entries, or
+// every visible one (0 off CUDA).
+int host_gpus(const EngineOptions& o) {
+#if LOCKSTEP_WITH_CUDA
+  const int visible = cuda_device_count();
+#else
+  const int visible = 0;
+#endif
+  return o.devices.empty() ? visible : static_cast<int>(std::set<int>(o.devices.begin(), o.devices.end()).size());
+}
+
+// The ranks whose buffers share this rank's backend memory: all of the
+// host's on the CPU, those placed on the same GPU on CUDA.
+int ranks_sharing_memory(const EngineOptions& o, const Backend& backend) {
+  if (backend.host_memory()) return std::max(1, o.local_ranks);
+  const int gpus = std::max(1, host_gpus(o));
+  return std::max(1, (o.local_ranks + gpus - 1) / gpus);
+}
+
 // The tensor-parallel transport for this backend (see EngineOptions::comm).
 // Returns the world itself or a device transport owned by `owned`.
 Communicator* choose_transport(const EngineOptions& o, Communicator& world, Backend& backend,
@@ -129,13 +148,7 @@ Communicator* choose_transport(const EngineOptions& o, Communicator& world, Back
   const bool on_gpu = backend.stream_handle() != nullptr;
   // NCCL refuses two ranks on one GPU: with more ranks on this host than GPUs
   // to spread them over, auto takes MPI through host staging instead.
-#if LOCKSTEP_WITH_CUDA
-  const int visible = cuda_device_count();
-#else
-  const int visible = 0;
-#endif
-  const int gpus = o.devices.empty() ? visible
-                                     : static_cast<int>(std::set<int>(o.devices.begin(), o.devices.end()).size());
+  const int gpus = host_gpus(o);
   const bool shared_gpus = on_gpu && o.local_ranks > gpus;
   std::string comm = o.comm;
   if (comm == "auto") {
@@ -185,7 +198,8 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
   if (options.max_seq_len > 0)
     resolve_max_seq_len(config_, plan_, options, act_bytes, std::numeric_limits<int64_t>::max());
   ModelWeights weights = load_weights(*store_, config_, plan_, comm, *backend_, &load_stats_);
-  const int64_t kv_budget = min_over_ranks(world, backend_->default_kv_cache_bytes(options.local_ranks));
+  const int64_t kv_budget =
+      min_over_ranks(world, backend_->default_kv_cache_bytes(ranks_sharing_memory(options, *backend_)));
   RunnerLimits limits{.max_slots = options.max_batch,
                       .max_seq = resolve_max_seq_len(config_, plan_, options, act_bytes, kv_budget),
                       .max_step_tokens = options.max_step_tokens,
