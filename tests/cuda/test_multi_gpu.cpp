@@ -173,25 +173,30 @@ INSTANTIATE_TEST_SUITE_P(Ranks, MultiGpu, ::testing::Values(2, 4, 8),
 // rank's collective deadline (--collective-timeout 3) or mpirun ends the job
 // within 10 s. The model's context is long enough (100k positions) that the
 // job is still decoding when the signal comes.
-class MultiGpuFaults : public WithModel {};
+class MultiGpuFaults : public WithModel {
+ protected:
+  void SetUp() override {
+    WithModel::SetUp();
+    if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
+  }
+  // Seconds from `signal` to rank 1 until the job ended (-1: still running after 20 s).
+  double seconds_to_end_after(int signal, int* exit_code) {
+    const fs::path model = make_model("--preset small --max-position-embeddings 100000");
+    return seconds_to_end_after_signal(dir_, model, signal, "--backend cuda --comm nccl", 90000, exit_code);
+  }
+};
 
 TEST_F(MultiGpuFaults, KilledRankEndsTheJob) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
-  const fs::path model = make_model("--preset small --max-position-embeddings 100000");
   int code = 0;
-  const double seconds =
-      seconds_to_end_after_signal(dir_, model, SIGKILL, "--backend cuda --comm nccl", 90000, &code);
+  const double seconds = seconds_to_end_after(SIGKILL, &code);
   ASSERT_GE(seconds, 0) << "job still running 20 s after rank 1 was killed";
   EXPECT_LT(seconds, 10.0);
   EXPECT_NE(code, 0);
 }
 
 TEST_F(MultiGpuFaults, StoppedRankIsCaughtByTheCollectiveDeadline) {
-  if (cuda_device_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << cuda_device_count() << " visible";
-  const fs::path model = make_model("--preset small --max-position-embeddings 100000");
   int code = 0;
-  const double seconds =
-      seconds_to_end_after_signal(dir_, model, SIGSTOP, "--backend cuda --comm nccl", 90000, &code);
+  const double seconds = seconds_to_end_after(SIGSTOP, &code);
   ASSERT_GE(seconds, 0) << "job still running 20 s after rank 1 was stopped";
   EXPECT_LT(seconds, 10.0);
   EXPECT_NE(code, 0);
