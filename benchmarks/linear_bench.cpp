@@ -119,6 +119,99 @@ void sweep_algorithms(lockstep::cuda::LinearContext& ctx, cudaStream_t stream, i
   }
 }
 
+// One shape's device buffers: its weights (cycled copies), the product's
+// input and output, and the fused stages' inputs (norm, SiLU·mul, RoPE
+// with the KV append at the cache's end, one slot a row).
+struct ShapeBuffers {
+  static constexpr int64_t kMaxRows = 64;
+  std::vector<void*> weights;
+  void *x, *y, *normed, *residual, *residual_out, *norm_weight, *act, *slots, *positions, *inv_freq, *qk_norm;
+  void *k_cache = nullptr, *v_cache = nullptr;
+  lockstep::KvCacheShape cache{.num_slots = 2, .max_seq = kCacheSeq, .num_kv_heads = kKvHeads, .head_dim = kHeadDim};
+
+  ShapeBuffers(const Shape& s, std::mt19937& rng) {
+    const int64_t weight_bytes = 2 * s.in * s.out;
+    const int64_t copies = std::max<int64_t>(1, ((int64_t{256} << 20) + weight_bytes - 1) / weight_bytes);
+    for (int64_t c = 0; c < copies; ++c) weights.push_back(random_device_bf16(s.in * s.out, rng));
+    x = random_device_bf16(kMaxRows * s.in, rng);
+    y = random_device_bf16(kMaxRows * s.out, rng);
+    normed = random_device_bf16(kMaxRows * s.in, rng);
+    residual = random_device_bf16(kMaxRows * s.in, rng);
+    residual_out = random_device_bf16(kMaxRows * s.in, rng);
+    norm_weight = random_device_bf16(s.in, rng);
+    act = random_device_bf16(kMaxRows * s.out / 2, rng);
+    std::vector<int32_t> ids(kMaxRows);
+    for (int32_t i = 0; i < kMaxRows; ++i) ids[static_cast<size_t>(i)] = i % 2;
+    slots = lockstep::bench::upload_bytes(ids.data(), ids.size() * 4);
+    for (int32_t& i : ids) i = static_cast<int32_t>(kCacheSeq - 1);
+    positions = lockstep::bench::upload_bytes(ids.data(), ids.size() * 4);
+    std::vector<float> freq(kHeadDim / 2, 1e-3f);
+    inv_freq = lockstep::bench::upload_bytes(freq.data(), freq.size() * 4);
+    qk_norm = random_device_bf16(kHeadDim, rng);
+    if (s.rope != Rope::kNone) {
+      k_cache = random_device_bf16(cache.num_slots * cache.slot_stride(), rng);
+      v_cache = random_device_bf16(cache.num_slots * cache.slot_stride(), rng);
+    }
+  }
+  ~ShapeBuffers() {
+    for (void* c : weights) cudaFree(c);
+    for (void* b : {x, y, normed, residual, residual_out, norm_weight, act, slots, positions, inv_freq, qk_norm,
+                    k_cache, v_cache})
+      cudaFree(b);
+  }
+  ShapeBuffers(const ShapeBuffers&) = delete;
+  ShapeBuffers& operator=(const ShapeBuffers&) = delete;
+};
+
+// The op as the decode step calls it for `s` at `rows` rows, its stages included.
+lockstep::LinearParams shape_params(const Shape& s, const ShapeBuffers& b, int64_t rows) {
+  lockstep::LinearParams p{.x = b.x, .weight = b.weights[0], .y = b.y, .rows = rows, .in_features = s.in,
+                           .out_features = s.out, .act_dtype = DType::kBF16, .weight_dtype = DType::kBF16};
+  if (s.norm) {  // the norm reads x (as the partial) and a residual, writes the new residual
+    p.x = b.normed;
+    p.input_norm = lockstep::RmsNormParams{.x = b.x, .residual = b.residual, .residual_out = b.residual_out,
+                                           .weight = b.norm_weight, .out = b.normed, .rows = rows, .cols = s.in,
+                                           .eps = 1e-5f, .dtype = DType::kBF16};
+  }
+  if (s.silu)
+    p.silu_mul = lockstep::SiluMulParams{.gate_up = b.y, .out = b.act, .rows = rows, .inter = s.out / 2,
+                                         .dtype = DType::kBF16};
+  if (s.rope != Rope::kNone) {
+    const bool qk = s.rope == Rope::kQkNorm;
+    const auto* pos = static_cast<const int32_t*>(b.positions);
+    p.qk_norm_rope = lockstep::QkNormRopeParams{
+        .qkv = b.y, .positions = pos, .inv_freq = static_cast<const float*>(b.inv_freq),
+        .q_norm_weight = qk ? b.qk_norm : nullptr, .k_norm_weight = qk ? b.qk_norm : nullptr, .tokens = rows,
+        .num_heads = kHeads, .num_kv_heads = kKvHeads, .head_dim = kHeadDim, .eps = 1e-5f, .dtype = DType::kBF16,
+        .kv_append = lockstep::KvAppendParams{.qkv = b.y, .k_cache = b.k_cache, .v_cache = b.v_cache,
+                                              .slots = static_cast<const int32_t*>(b.slots), .positions = pos,
+                                              .tokens = rows, .num_heads = kHeads, .cache = b.cache,
+                                              .dtype = DType::kBF16}};
+  }
+  return p;
+}
+
+// One table row per rows count of `s` (the fused shapes only at 1-2 rows).
+void bench_shape(const Shape& s, lockstep::cuda::LinearContext& ctx, cudaStream_t stream, int iters, double copy,
+                 std::mt19937& rng) {
+  const ShapeBuffers b(s, rng);
+  const int copies = static_cast<int>(b.weights.size());
+  for (int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
+    if ((s.norm || s.silu) && rows > 2) break;
+    lockstep::LinearParams p = shape_params(s, b, rows);
+    lockstep::cuda::linear(p, ctx, stream);  // plans made outside the capture
+    LS_CHECK_CUDA(cudaStreamSynchronize(stream));
+    const double us = lockstep::bench::graphed_us(stream, std::max(copies, 8), iters, [&](int i) {
+      p.weight = b.weights[static_cast<size_t>(i % copies)];
+      lockstep::cuda::linear(p, ctx, stream);
+    });
+    const double bytes = 2.0 * static_cast<double>(s.in * s.out + rows * (s.in + s.out));
+    const double gbs = bytes / us / 1e3;
+    std::printf("%-18s %5lld %10.2f %10.0f %8.1f\n", s.name, static_cast<long long>(rows), us, gbs,
+                100.0 * gbs / copy);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,81 +228,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("%-18s %5s %10s %10s %8s\n", "layer", "rows", "us", "GB/s", "%copy");
-  constexpr int64_t kMaxRows = 64;
-  for (const Shape& s : kShapes) {
-    const int64_t weight_bytes = 2 * s.in * s.out;
-    const int copies = static_cast<int>(std::max<int64_t>(1, ((int64_t{256} << 20) + weight_bytes - 1) / weight_bytes));
-    std::vector<void*> w;
-    for (int c = 0; c < copies; ++c) w.push_back(random_device_bf16(s.in * s.out, rng));
-    void* x = random_device_bf16(kMaxRows * s.in, rng);
-    void* y = random_device_bf16(kMaxRows * s.out, rng);
-    // The stages' buffers: the norm reads x (as the partial) and a residual,
-    // writes the new residual; SiLU·mul writes act.
-    void* normed = random_device_bf16(kMaxRows * s.in, rng);
-    void* residual = random_device_bf16(kMaxRows * s.in, rng);
-    void* residual_out = random_device_bf16(kMaxRows * s.in, rng);
-    void* norm_weight = random_device_bf16(s.in, rng);
-    void* act = random_device_bf16(kMaxRows * s.out / 2, rng);
-    // RoPE's inputs (1-2 rows): positions at the cache's end, one slot per row.
-    const lockstep::KvCacheShape cache{.num_slots = 2, .max_seq = kCacheSeq, .num_kv_heads = kKvHeads,
-                                       .head_dim = kHeadDim};
-    std::vector<int32_t> ids(kMaxRows);
-    for (int32_t i = 0; i < kMaxRows; ++i) ids[static_cast<size_t>(i)] = i % 2;
-    void* slots = lockstep::bench::upload_bytes(ids.data(), ids.size() * 4);
-    for (int32_t& i : ids) i = static_cast<int32_t>(kCacheSeq - 1);
-    void* positions = lockstep::bench::upload_bytes(ids.data(), ids.size() * 4);
-    std::vector<float> freq(kHeadDim / 2, 1e-3f);
-    void* inv_freq = lockstep::bench::upload_bytes(freq.data(), freq.size() * 4);
-    void* qk_norm = random_device_bf16(kHeadDim, rng);
-    void* k_cache = s.rope != Rope::kNone ? random_device_bf16(cache.num_slots * cache.slot_stride(), rng) : nullptr;
-    void* v_cache = s.rope != Rope::kNone ? random_device_bf16(cache.num_slots * cache.slot_stride(), rng) : nullptr;
-    for (int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
-      if ((s.norm || s.silu) && rows > 2) break;
-      lockstep::LinearParams p{.x = x,
-                                     .weight = w[0],
-                                     .y = y,
-                                     .rows = rows,
-                                     .in_features = s.in,
-                                     .out_features = s.out,
-                                     .act_dtype = DType::kBF16,
-                                     .weight_dtype = DType::kBF16};
-      if (s.norm) {
-        p.x = normed;
-        p.input_norm = lockstep::RmsNormParams{.x = x, .residual = residual, .residual_out = residual_out,
-                                               .weight = norm_weight, .out = normed, .rows = rows, .cols = s.in,
-                                               .eps = 1e-5f, .dtype = DType::kBF16};
-      }
-      if (s.silu)
-        p.silu_mul = lockstep::SiluMulParams{.gate_up = y, .out = act, .rows = rows, .inter = s.out / 2,
-                                             .dtype = DType::kBF16};
-      if (s.rope != Rope::kNone) {
-        const bool qk = s.rope == Rope::kQkNorm;
-        const auto* pos = static_cast<const int32_t*>(positions);
-        p.qk_norm_rope = lockstep::QkNormRopeParams{
-            .qkv = y, .positions = pos, .inv_freq = static_cast<const float*>(inv_freq),
-            .q_norm_weight = qk ? qk_norm : nullptr, .k_norm_weight = qk ? qk_norm : nullptr, .tokens = rows,
-            .num_heads = kHeads, .num_kv_heads = kKvHeads, .head_dim = kHeadDim, .eps = 1e-5f,
-            .dtype = DType::kBF16,
-            .kv_append = lockstep::KvAppendParams{.qkv = y, .k_cache = k_cache, .v_cache = v_cache,
-                                                  .slots = static_cast<const int32_t*>(slots), .positions = pos,
-                                                  .tokens = rows, .num_heads = kHeads, .cache = cache,
-                                                  .dtype = DType::kBF16}};
-      }
-      lockstep::cuda::linear(p, ctx, stream);  // plans made outside the capture
-      LS_CHECK_CUDA(cudaStreamSynchronize(stream));
-      const double us = lockstep::bench::graphed_us(stream, std::max(copies, 8), iters, [&](int i) {
-        p.weight = w[static_cast<size_t>(i % copies)];
-        lockstep::cuda::linear(p, ctx, stream);
-      });
-      const double bytes = 2.0 * static_cast<double>(s.in * s.out + rows * (s.in + s.out));
-      const double gbs = bytes / us / 1e3;
-      std::printf("%-18s %5lld %10.2f %10.0f %8.1f\n", s.name, static_cast<long long>(rows), us, gbs,
-                  100.0 * gbs / copy);
-    }
-    for (void* c : w) cudaFree(c);
-    for (void* b : {x, y, normed, residual, residual_out, norm_weight, act, slots, positions, inv_freq, qk_norm,
-                    k_cache, v_cache})
-      cudaFree(b);
-  }
+  for (const Shape& s : kShapes) bench_shape(s, ctx, stream, iters, copy, rng);
   return 0;
 }
