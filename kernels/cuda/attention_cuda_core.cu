@@ -87,9 +87,38 @@ __device__ void softmax_tile(AttnShared<T, HD>& s, int G) {
   }
 }
 
+// Output dims per lane (lanes >= HD idle when HD < 32).
+template <int HD>
+constexpr int kLaneDims = HD >= 32 ? HD / 32 : 1;
+
+// Rescales this thread's accumulators by the tile's max update, then adds p·V
+// over the tile's `keys` keys (from v_tile): each warp takes every kWarps-th
+// key, each lane its kLaneDims output dims.
+template <typename T, int HD>
+__device__ void accumulate_tile(const AttnShared<T, HD>& s, float (&acc)[kMaxGroup][kLaneDims<HD>], const T* v_tile,
+                                int64_t pos_stride, int keys, int G) {
+  constexpr int E = kLaneDims<HD>;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g)
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] *= g < G ? s.alpha[g] : 0.0f;
+  for (int i = threadIdx.x / 32; i < keys && lane * E < HD; i += kWarps) {
+    Vec<T, E> v;
+    v.load(v_tile + i * pos_stride + lane * E);
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= G) continue;
+      const float pg = s.p[g][i];
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] += pg * v.get(e);
+    }
+  }
+}
+
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
-  constexpr int E = HD >= 32 ? HD / 32 : 1;  // output dims per lane (lanes >= HD idle when HD < 32)
+  constexpr int E = kLaneDims<HD>;
   __shared__ AttnShared<T, HD> s;
   start_after_producers();
   const int64_t t = blockIdx.x;
@@ -122,22 +151,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
     __syncthreads();
     softmax_tile<T, HD>(s, G);
     __syncthreads();
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g)
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[g][e] *= g < G ? s.alpha[g] : 0.0f;
-    const int keys = static_cast<int>(min(static_cast<int64_t>(kTile), end - tile));
-    for (int i = warp; i < keys && lane * E < HD; i += kWarps) {
-      Vec<T, E> v;
-      v.load(v_base + (tile + i) * pos_stride + lane * E);
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g >= G) continue;
-        const float pg = s.p[g][i];
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] += pg * v.get(e);
-      }
-    }
+    accumulate_tile<T, HD>(s, acc, v_base + tile * pos_stride, pos_stride,
+                           static_cast<int>(min(static_cast<int64_t>(kTile), end - tile)), G);
     __syncthreads();
   }
 #pragma unroll
