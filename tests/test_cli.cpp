@@ -323,5 +323,18 @@ TEST_F(Cli, BenchRunsAPresetWithoutACheckpoint) {
   expect_clean_failure(run(lockstep(bench), dir_ / "neither"), {"--model is required"});
 }
 
+// bench at TP=2 on CPU ranks: each rank generates its share of the preset,
+// rank 0 alone reports, and one step's all-reduces are timed on their own.
+TEST_F(Cli, BenchRunsAPresetAtTpTwo) {
+  CommandResult r = run(mpirun(2) + lockstep("bench --backend cpu --preset tiny --batch 1,2 --ctx 8 --prefill 16 "
+                                             "--steps 6 --json " + (dir_ / "b.json").string()),
+                        dir_ / "tp2", 120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2 rank(s) via mpi"), std::string::npos) << r.out;
+  const nlohmann::json report = nlohmann::json::parse(read_file(dir_ / "b.json"));
+  ASSERT_EQ(report["decode"].size(), 2u);
+  for (const auto& d : report["decode"]) EXPECT_GT(d["collective_ms_per_step"].get<double>(), 0.0) << d.dump();
+}
+
 }  // namespace
 }  // namespace lockstep
