@@ -14,7 +14,10 @@
 // With --algos it times instead, for the plain shapes at 4-64 rows (cuBLASLt),
 // every algorithm cuBLASLt's heuristic offers (up to 16), and prints the
 // heuristic's first choice, the fastest, and the fastest's configuration.
-// Run: build/linear_bench [iterations] [--algos]
+// With --tp N it times the plain shapes as one of N tensor-parallel ranks
+// holds them (column-parallel qkv, gate_up and lm_head split their outputs,
+// row-parallel o_proj and down their inputs).
+// Run: build/linear_bench [iterations] [--algos | --tp N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -191,6 +194,17 @@ lockstep::LinearParams shape_params(const Shape& s, const ShapeBuffers& b, int64
   return p;
 }
 
+// The plain shapes as one of `tp` ranks holds them.
+std::vector<Shape> tensor_parallel_shapes(int64_t tp) {
+  std::vector<Shape> out;
+  for (const Shape& s : kShapes) {
+    if (s.norm || s.silu || s.rope != Rope::kNone) continue;
+    const bool row_parallel = std::string(s.name) == "o_proj" || std::string(s.name) == "down";
+    out.push_back({s.name, row_parallel ? s.in / tp : s.in, row_parallel ? s.out : s.out / tp});
+  }
+  return out;
+}
+
 // One table row per rows count of `s` (the fused shapes only at 1-2 rows).
 void bench_shape(const Shape& s, lockstep::cuda::LinearContext& ctx, cudaStream_t stream, int iters, double copy,
                  std::mt19937& rng) {
@@ -217,6 +231,7 @@ void bench_shape(const Shape& s, lockstep::cuda::LinearContext& ctx, cudaStream_
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 50;
   const bool algos = argc > 2 && std::string(argv[2]) == "--algos";
+  const int64_t tp = argc > 3 && std::string(argv[2]) == "--tp" ? std::atoll(argv[3]) : 1;
   cudaStream_t stream;
   LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   lockstep::cuda::LinearContext ctx;
@@ -227,7 +242,12 @@ int main(int argc, char** argv) {
     sweep_algorithms(ctx, stream, iters, copy, rng);
     return 0;
   }
-  std::printf("%-18s %5s %10s %10s %8s\n", "layer", "rows", "us", "GB/s", "%copy");
+  std::printf("%-18s %5s %10s %10s %8s%s\n", "layer", "rows", "us", "GB/s", "%copy",
+              tp > 1 ? (" (one of " + std::to_string(tp) + " tensor-parallel ranks)").c_str() : "");
+  if (tp > 1) {
+    for (const Shape& s : tensor_parallel_shapes(tp)) bench_shape(s, ctx, stream, iters, copy, rng);
+    return 0;
+  }
   for (const Shape& s : kShapes) bench_shape(s, ctx, stream, iters, copy, rng);
   return 0;
 }
