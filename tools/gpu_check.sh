@@ -180,6 +180,8 @@ fi
 # fault tests alone), all-reduce at N ranks (NCCL eager and graphed), and
 # bench on random weights generated in memory: the llama3-8b preset at TP=1
 # and TP=N, the llama3-70b preset at TP=N (MULTI_BENCH_BATCH, default 1,32).
+# MULTI_FILTER narrows the parity tests; MULTI_BENCH_RUNS ("model ranks" pairs
+# separated by ';', e.g. "8b 2") picks the benches, "" none.
 if want multi_gpu; then
   NGPU=$(nvidia-smi -L | wc -l)
   ranks() {  # SECONDS N COMMAND...: COMMAND at N ranks (N = 1: alone), for at most SECONDS
@@ -196,7 +198,7 @@ if want multi_gpu; then
     --max-new-tokens 32 --ignore-eos > "$OUT/multi_generate.txt" 2> "$OUT/multi_generate.log"
   note "TP=$NGPU generate of small rc=$? in $((SECONDS - start)) s; last log line: $(tail -1 "$OUT/multi_generate.log")"
   for i in 0 1 2 3; do
-    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i "$T" --gtest_filter='MultiGpuGolden*:MultiGpu/*' \
+    GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i "$T" --gtest_filter="${MULTI_FILTER:-MultiGpuGolden*:MultiGpu/*}" \
       > "$OUT/multi_tests_$i.log" 2>&1 &
   done
   wait
@@ -209,7 +211,9 @@ if want multi_gpu; then
   note "allreduce_bench $NGPU ranks rc=$? (table in allreduce_${NGPU}ranks.txt)"
   grep -E "nccl" "$OUT/allreduce_${NGPU}ranks.txt" | head -40
   BENCH=(bench --batch "${MULTI_BENCH_BATCH:-1,32}" --ctx 1024 --steps 64)
-  for run in "8b 1" "8b $NGPU" "70b $NGPU"; do
+  RUNS=("8b 1" "8b $NGPU" "70b $NGPU")
+  [ -n "${MULTI_BENCH_RUNS+set}" ] && IFS=';' read -ra RUNS <<< "$MULTI_BENCH_RUNS"
+  for run in "${RUNS[@]}"; do
     set -- $run
     ranks 300 "$2" "$L" "${BENCH[@]}" --preset "llama3-$1" --json "$OUT/bench_$1_tp$2.json" \
       > "$OUT/bench_$1_tp$2.txt" 2> "$OUT/bench_$1_tp$2.log"
