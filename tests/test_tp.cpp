@@ -3,10 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
 #include <cmath>
-#include <regex>
-#include <thread>
 
 #include "cli_support.h"
 #include "fault_support.h"
