@@ -82,6 +82,14 @@ TEST_F(Tp, EachRankReadsOnlyItsShareOfTheShardedBytes) {
   }
 }
 
+// The KV budget every rank uses is the least any rank offers.
+TEST_F(Tp, MinOverRanksTakesTheSmallestValue) {
+  FakeRankCommunicator comm(0, 2, /*others=*/5000);
+  EXPECT_EQ(min_over_ranks(comm, 7000), 5000);
+  EXPECT_EQ(min_over_ranks(comm, 3000), 3000);
+  EXPECT_EQ(min_over_ranks(*make_single_rank_communicator(), int64_t{1} << 40), int64_t{1} << 40);
+}
+
 TEST_F(Tp, ReplicatedChecksumMismatchIsAClearError) {
   auto model = make_model("--arch llama --preset tiny");
   ModelConfig config = load_model_config(model);
