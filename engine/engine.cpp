@@ -42,10 +42,14 @@ void EngineOptions::validate() const {
 
 std::string EngineOptions::summary() const {
   return fmt::format("model={} backend={} dtype={} eager={} pdl={} sync_steps={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={} threads={}",
-                     preset.empty() ? model_dir.string() : fmt::format("random {} {}", preset_arch, preset), backend, dtype, eager, !no_pdl, sync_steps, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
+                     model_name(), backend, dtype, eager, !no_pdl, sync_steps, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
                      max_batch, max_step_tokens,
                      kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes),
                      threads == 0 ? std::string("auto") : std::to_string(threads));
+}
+
+std::string EngineOptions::model_name() const {
+  return preset.empty() ? model_dir.string() : fmt::format("preset {} ({})", preset, preset_arch);
 }
 
 std::string default_backend() {

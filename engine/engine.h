@@ -47,6 +47,7 @@ struct EngineOptions {
   Diagnostics diag;
   void validate() const;
   std::string summary() const;
+  std::string model_name() const;  // the folder, or "preset NAME (ARCH)"
 };
 
 class Engine {

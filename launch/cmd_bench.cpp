@@ -254,7 +254,7 @@ int run_bench(BenchConfig& b) {
   Engine engine(b.engine, *world().comm);
   const double copy_gbs = copy_bandwidth_gbs(b.engine.backend);  // on the engine's device, which it made current
   std::mt19937 rng(1234);
-  nlohmann::json report{{"model", b.engine.preset.empty() ? b.engine.model_dir.string() : "preset " + b.engine.preset}, {"backend", b.engine.backend},
+  nlohmann::json report{{"model", b.engine.model_name()}, {"backend", b.engine.backend},
                         {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager}, {"pdl", !b.engine.no_pdl}, {"sync_steps", b.engine.sync_steps},
                         {"ctx", b.ctx}, {"steps", b.steps}, {"copy_gb_per_s", copy_gbs},
                         {"sampling", {{"temperature", b.sampling.temperature}, {"top_k", b.sampling.top_k},

@@ -314,7 +314,7 @@ TEST_F(Cli, BenchRunsAPresetWithoutACheckpoint) {
                             (dir_ / "b.json").string();
   CommandResult r = run(lockstep(bench + " --preset tiny --arch qwen3"), dir_ / "preset");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(read_file(dir_ / "b.json").find("\"preset tiny\""), std::string::npos);
+  EXPECT_NE(read_file(dir_ / "b.json").find("\"preset tiny (qwen3)\""), std::string::npos);
   EXPECT_NE(r.err.find("model: qwen3"), std::string::npos) << r.err;
   expect_clean_failure(run(lockstep(bench + " --preset huge"), dir_ / "unknown"), {"unknown preset 'huge'"});
   CommandResult both = run(lockstep(bench + " --preset tiny --model " + make_model("m").string()), dir_ / "both");
