@@ -95,6 +95,9 @@ class Backend {
   // on a GPU its free memory less a tenth of the total (activations,
   // workspaces, graphs, NCCL's buffers).
   virtual int64_t default_kv_cache_bytes(int sharing) const;
+  // Fails, naming the value, when this backend's attention cannot take
+  // head_dim (checked before the weights load).
+  virtual void require_attention_head_dim(int64_t /*head_dim*/) const {}
 
   // Named ranges for profilers (NVTX on CUDA); no-ops elsewhere.
   virtual void range_push(const char* /*name*/) {}

@@ -110,6 +110,7 @@ class CudaBackend final : public Backend {
 
   void embedding(const EmbeddingParams& p) override { cuda::embedding(p, stream_); }
   void linear(const LinearParams& p) override { cuda::linear(p, *linear_, stream_); }
+  void require_attention_head_dim(int64_t head_dim) const override { cuda::require_attention_head_dim(head_dim); }
   void attention(const AttentionParams& p) override {
     AttentionParams q = p;
     q.workspace = attention_workspace_.data();

@@ -193,6 +193,7 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
   plan_ = ShardPlan::make(config_, world.rank(), world.size());
   spdlog::debug("shard plan: {}", plan_.summary());
   backend_ = make_backend(options, *store_);
+  backend_->require_attention_head_dim(config_.head_dim);
   comm_ = choose_transport(options, world, *backend_, owned_comm_);
   Communicator& comm = *comm_;
   const size_t act_bytes = dtype_size(backend_->act_dtype());

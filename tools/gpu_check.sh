@@ -6,7 +6,7 @@
 # table is printed last.
 #   tools/gpu_check.sh [DEBS_DIR [STAGE...]]
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
-# all): tests sanitize e2e bench_small tp; on request multi_gpu (needs 2+
+# all): tests sanitize e2e bench_small tp; on request oracle (tools/oracle_sweep.py), multi_gpu (needs 2+
 # GPUs: tensor parallelism over all of them), attention and
 # profile_attention (benchmarks/attention_bench), linear
 # (benchmarks/linear_bench: the weight stream per layer shape), sample
@@ -161,6 +161,16 @@ for name in ("cuda_auto", "cuda_float32"):
           f"logit std {ref.std():.4g}, max/std {err.max()/ref.std():.4g}, "
           f"argmax agree {(got.argmax(1) == ref.argmax(1)).mean()*100:.1f}%")
 PY
+fi
+
+# oracle: lockstep against transformers (float64) on random-weight models in
+# the shapes of published checkpoints (tools/oracle_sweep.py; ORACLE_ONLY
+# takes a comma-separated subset of its cases).
+if want oracle; then
+  PYTHONUNBUFFERED=1 timeout ${ORACLE_TIMEOUT_S:-300} python3 "$SRC/tools/oracle_sweep.py" --lockstep "$L" \
+    --out /tmp/oracle_sweep --only "${ORACLE_ONLY:-}" > "$OUT/oracle.txt" 2>&1
+  note "oracle sweep rc=$? $(tail -1 "$OUT/oracle.txt")"
+  grep -E "^!! |== built" "$OUT/oracle.txt" | head -20
 fi
 
 # tp: the NCCL and host-staged transports on this GPU (the GpuTp tests also

@@ -645,6 +645,8 @@ void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream
   LS_CHECK_CUDA(cudaMemsetAsync(workspace, 0, static_cast<size_t>(counter_bytes(num_sms)), stream));
 }
 
+void require_attention_head_dim(int64_t head_dim) { require_head_dim(head_dim, "attention"); }
+
 void attention(const AttentionParams& p, int num_sms, cudaStream_t stream) {
   p.validate();
   if (p.tokens == 0) return;

@@ -1,5 +1,5 @@
 // The CUDA-core attention kernel: float32, and head sizes other than 64 and
-// 128 (kernels/attention.h; attention.cu has the op's design and the
+// 128 (e.g. 80, 96, 256) (kernels/attention.h; attention.cu has the op's design and the
 // tensor-core kernel).
 //
 // One block per (token, kv head, chunk of up to 8 of its q heads, split).
@@ -87,9 +87,10 @@ __device__ void softmax_tile(AttnShared<T, HD>& s, int G) {
   }
 }
 
-// Output dims per lane (lanes >= HD idle when HD < 32).
+// Output dims per lane: the smallest power of two that covers HD with 32
+// lanes (HD / kLaneDims lanes work, the rest idle: e.g. 20 at head_dim 80).
 template <int HD>
-constexpr int kLaneDims = HD >= 32 ? HD / 32 : 1;
+constexpr int kLaneDims = HD <= 32 ? 1 : HD <= 64 ? 2 : HD <= 128 ? 4 : 8;
 
 // Rescales this thread's accumulators by the tile's max update, then adds p·V
 // over the tile's `keys` keys (from v_tile): each warp takes every kWarps-th
@@ -119,6 +120,7 @@ __device__ void accumulate_tile(const AttnShared<T, HD>& s, float (&acc)[kMaxGro
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
   constexpr int E = kLaneDims<HD>;
+  static_assert(HD % E == 0 && HD % kVec16<T> == 0, "a lane's dims and a key's 16-byte chunks tile head_dim");
   __shared__ AttnShared<T, HD> s;
   start_after_producers();
   const int64_t t = blockIdx.x;

@@ -33,6 +33,8 @@ void next_tokens(const NextTokensParams& p, cudaStream_t stream);
 // bytes and be cleared once with clear_attention_workspace before its first
 // use (each attention call leaves the counters cleared).
 void attention(const AttentionParams& p, int num_sms, cudaStream_t stream);
+// Fails (ErrorKind::kModel, one line) when attention has no kernel for head_dim.
+void require_attention_head_dim(int64_t head_dim);
 int64_t attention_workspace_bytes(int num_sms);
 // The decode split rule: splits per block for a split-free grid of
 // `base_blocks` blocks on a GPU of `num_sms` SMs holding `slots` blocks at

@@ -3,11 +3,13 @@
 // of flash-decoding are exercised), causal prefill chunks, and mixed batches
 // (runs of several lengths, each its own sequence, under both tilings of the
 // tensor-core kernel), for GQA ratios 1, 4, 5, 8 and 16 and head_dim 64, 128
-// and 256.
+// and 256, and the other head sizes of published checkpoints (80, 96, 112,
+// 120, 160, 192) on the CUDA-core kernel.
 #include <string>
 
 #include "kernels/cuda/ops.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/test_support.h"
 
 namespace lockstep {
 namespace {
@@ -151,6 +153,15 @@ void decode_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
     for (int64_t hd : {32, 128}) t.run_case({1, 32, 8, hd, Layout::kDecode, 0, cap}, dt, rng);
 }
 
+// Host code (runs without a GPU): the head sizes attention is built for, and
+// a one-line refusal of the others, which the engine asks before loading.
+TEST(AttentionHeadDims, OthersAreRefusedByName) {
+  for (int64_t hd : {8, 64, 80, 96, 112, 120, 128, 160, 192, 256}) EXPECT_NO_THROW(cuda::require_attention_head_dim(hd));
+  for (int64_t hd : {0, 4, 24, 100, 104, 136, 264, 512})
+    expect_error([&] { cuda::require_attention_head_dim(hd); }, ErrorKind::kModel,
+                 {"head_dim " + std::to_string(hd), "not supported by the CUDA backend"});
+}
+
 // The decode split rule (host code: runs without a GPU), on an H200's 132
 // SMs with 3 decode blocks per SM (head_dim 128) and sequences of up to
 // 1152 keys (at most 18 splits of 64), llama3-8b's 8 kv heads.
@@ -169,6 +180,20 @@ TEST(AttentionSplits, FewestSplitsForTheFewestWaves) {
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF32) { decode_cases(*this, DType::kF32, 11); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuBf16) { decode_cases(*this, DType::kBF16, 111); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16, 211); }
+
+// Head sizes that are not powers of two (the CUDA-core kernel, with the
+// lanes past head_dim / kLaneDims idle), decode with splits and a prefill
+// chunk longer than a key tile, in every dtype: one small test, so that the
+// sanitizers can run it whole.
+TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
+  std::mt19937 rng(31);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t hd : {80, 96, 112, 120, 160, 192}) {
+      run_case({19, 10, 2, hd, Layout::kDecode}, dt, rng);
+      run_case({1, 8, 8, hd, Layout::kDecode}, dt, rng);
+      run_case({133, 8, 2, hd, Layout::kPrefill}, dt, rng);
+    }
+}
 
 // One test per dtype, so that the sanitizers' runs of them (one process a
 // test, side by side) each take a third of the work.
