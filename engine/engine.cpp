@@ -203,6 +203,10 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
   if (options.max_seq_len > 0)
     resolve_max_seq_len(config_, plan_, options, act_bytes, std::numeric_limits<int64_t>::max());
   ModelWeights weights = load_weights(*store_, config_, plan_, comm, *backend_, &load_stats_);
+  // Ranks that share a GPU measure its free memory only once all of them
+  // hold their weights: a rank that measured earlier would count a
+  // neighbour's weights as free.
+  world.barrier();
   const int64_t kv_budget =
       min_over_ranks(world, backend_->default_kv_cache_bytes(ranks_sharing_memory(options, *backend_)));
   RunnerLimits limits{.max_slots = options.max_batch,

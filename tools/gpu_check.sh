@@ -6,7 +6,7 @@
 # table is printed last.
 #   tools/gpu_check.sh [DEBS_DIR [STAGE...]]
 # DEBS_DIR: .deb files of missing build deps ("" for none). STAGES (default
-# all): tests sanitize e2e bench_small tp; on request oracle (tools/oracle_sweep.py), multi_gpu (needs 2+
+# all): tests sanitize e2e oracle (tools/oracle_sweep.py) bench_small tp; on request multi_gpu (needs 2+
 # GPUs: tensor parallelism over all of them), attention and
 # profile_attention (benchmarks/attention_bench), linear
 # (benchmarks/linear_bench: the weight stream per layer shape), sample
@@ -21,7 +21,7 @@ export NCCL_NVLS_ENABLE=0
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DEBS=${1:-}
 shift || true
-STAGES=${*:-tests sanitize e2e bench_small tp}  # also: linear sample profile_sample bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
+STAGES=${*:-tests sanitize e2e oracle bench_small tp}  # also: linear sample profile_sample bench_8b bench_8b_lockstep bench_8b_nopdl bench_8b_sample profile_8b
 declare -a SUMMARY
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -165,10 +165,11 @@ fi
 
 # oracle: lockstep against transformers (float64) on random-weight models in
 # the shapes of published checkpoints (tools/oracle_sweep.py; ORACLE_ONLY
-# takes a comma-separated subset of its cases).
+# takes a comma-separated subset of its cases, ORACLE_TP the tensor-parallel
+# sizes, default 2,4, ranks sharing this GPU).
 if want oracle; then
   PYTHONUNBUFFERED=1 timeout ${ORACLE_TIMEOUT_S:-300} python3 "$SRC/tools/oracle_sweep.py" --lockstep "$L" \
-    --out /tmp/oracle_sweep --only "${ORACLE_ONLY:-}" > "$OUT/oracle.txt" 2>&1
+    --out /tmp/oracle_sweep --only "${ORACLE_ONLY:-}" --tp "${ORACLE_TP-2,4}" > "$OUT/oracle.txt" 2>&1
   note "oracle sweep rc=$? $(tail -1 "$OUT/oracle.txt")"
   grep -E "^!! |== built" "$OUT/oracle.txt" | head -20
 fi

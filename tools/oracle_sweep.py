@@ -11,8 +11,12 @@ Qwen3, Mistral, and head sizes 80/96/256), two layers each, with
 transformers; computes the oracle logits in float64 on the CPU (eager
 attention); and runs `lockstep score` (CUDA in the checkpoint's 16-bit type
 and in float32, and the CPU backend) and greedy `lockstep generate` (CUDA,
-float32) on prompts of 45 and 300 tokens (several key tiles, several prefill
-tiles). Needs torch and transformers: the GPU machine.
+float32 and 16-bit) on prompts of 45 and 300 tokens (several key tiles, two
+prefill chunks); and `score` of the 300 tokens at tensor-parallel sizes
+--tp (mpirun, ranks sharing the one GPU through the host-staged transport:
+the same sharded kernels as on several GPUs, KV heads replicated where the
+size exceeds them) wherever the size divides the model. Needs torch,
+transformers and mpirun: the GPU machine.
 
 Tolerances (max |error| over all logits, as a fraction of the oracle's logit
 standard deviation), the golden tests' reasoning at these widths:
@@ -123,11 +127,31 @@ def run(cmd, log):
     return rc, time.time() - t
 
 
-def lockstep_runs(exe, root, meta):
+def tp_divides(cfg, size):
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    return heads % size == 0 and cfg["intermediate_size"] % size == 0 and (kv % size == 0 or size % kv == 0)
+
+
+def mpirun(size):
+    return ["env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "mpirun", "--oversubscribe",
+            "--bind-to", "none", "-np", str(size)]
+
+
+def lockstep_runs(exe, root, meta, case, tp_sizes):
     """(label, command, log, kind) for every lockstep run of one case."""
     d = os.path.join(root, meta["name"])
     model = os.path.join(d, "model")
     runs = []
+    n = PROMPT_LENS[-1]
+    ids = ",".join(map(str, meta["prompts"][n]))
+    for size in (t for t in tp_sizes if tp_divides(case["cfg"], t)):
+        for dtype in ("auto", "float32"):
+            label = f"score{n}_tp{size}_cuda_{dtype}"
+            out = os.path.join(d, f"{label}.npy")
+            runs.append((label, mpirun(size) + [exe, "score", "--model", model, "--backend", "cuda", "--comm", "mpi",
+                                                "--dtype", dtype, "--max-seq-len", "512", "--prompt-ids", ids,
+                                                "--dump-logits", out],
+                         os.path.join(d, f"{label}.log"), ("score", n, dtype, out)))
     for n, prompt in meta["prompts"].items():
         ids = ",".join(map(str, prompt))
         for backend, dtype in (("cuda", "auto"), ("cuda", "float32"), ("cpu", "float32")):
@@ -175,6 +199,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--tp", default="2,4", help="tensor-parallel sizes to score at (\"\" for none)")
     a = ap.parse_args()
     torch.set_num_threads(max(1, (os.cpu_count() or 4) - a.jobs))
     only = set(filter(None, a.only.split(",")))
@@ -186,7 +211,7 @@ def main():
             t = time.time()
             meta = build_case(case, a.out)
             print(f"== built {case['name']} in {time.time() - t:.1f} s", flush=True)
-            for r in lockstep_runs(a.lockstep, a.out, meta):
+            for r in lockstep_runs(a.lockstep, a.out, meta, case, [int(t) for t in a.tp.split(",") if t]):
                 pending.append((meta, r, pool.submit(run, r[1], r[2])))
         for meta, r, fut in pending:
             rc, secs = fut.result()
