@@ -1,6 +1,6 @@
 // The CUDA-core attention kernel: float32, and head sizes other than 64 and
-// 128 (e.g. 80, 96, 256) (kernels/attention.h; attention.cu has the op's design and the
-// tensor-core kernel).
+// 128, e.g. 80, 96 or 256 (kernels/attention.h; attention.cu has the op's
+// design and the tensor-core kernel).
 //
 // One block per (token, kv head, chunk of up to 8 of its q heads, split).
 // The block walks its key range in tiles of 128 keys: each thread scores one

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -32,6 +33,11 @@ void dispatch_dtype(DType dtype, const char* op, F&& f) {
 template <int... HDs>
 struct HeadDimList {
   static constexpr bool contains(int64_t hd) { return ((hd == HDs) || ...); }
+  static std::string text() {  // "8, 16, ..., 256"
+    std::string s;
+    ((s += (s.empty() ? "" : ", ") + std::to_string(HDs)), ...);
+    return s;
+  }
   // Calls f(std::integral_constant<int, HD>{}) for hd == HD; false if none.
   template <typename F>
   static bool call(int64_t hd, F&& f) {
@@ -39,12 +45,11 @@ struct HeadDimList {
   }
 };
 using SupportedHeadDims = HeadDimList<8, 16, 32, 64, 80, 96, 112, 120, 128, 160, 192, 256>;
-inline constexpr const char* kSupportedHeadDimsText = "8, 16, 32, 64, 80, 96, 112, 120, 128, 160, 192 or 256";
 
 // Fails naming the op and the value when the CUDA backend has no attention for head_dim.
 inline void require_head_dim(int64_t head_dim, const char* op) {
   LS_REQUIRE(SupportedHeadDims::contains(head_dim), ErrorKind::kModel,
-             "{}: head_dim {} is not supported by the CUDA backend ({})", op, head_dim, kSupportedHeadDimsText);
+             "{}: head_dim {} is not supported by the CUDA backend ({})", op, head_dim, SupportedHeadDims::text());
 }
 
 // Calls f(std::integral_constant<int, HD>{}) for the supported head sizes.
