@@ -55,6 +55,14 @@ class CudaGolden : public TempDirTest, public ::testing::WithParamInterface<Cuda
   }
 };
 
+class CudaCli : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
 TEST_P(CudaGolden, ScoreAndGenerateMatchTransformers) {
   const CudaGoldenParam gp = GetParam();
   const fs::path dir = golden_root() / gp.name;
@@ -104,6 +112,24 @@ TEST_P(CudaGolden, ScoreAndGenerateMatchTransformers) {
               fraction, gen_err, compared, want.size(), gen_tol, same, want.size());
   EXPECT_LE(score_err, score_tol);
   EXPECT_LE(gen_err, gen_tol);
+}
+
+// A head size the CUDA backend has no attention kernel for is refused in one
+// error line before the weights load; the CPU backend runs the same model.
+TEST_F(CudaCli, UnsupportedHeadDimIsRefusedBeforeLoading) {
+  const fs::path model = dir_ / "hd100";
+  CommandResult made = run(lockstep("make-model --preset tiny --head-dim 100 --out " + model.string()), dir_ / "make");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string args = " --model " + model.string() + " --prompt-ids 1,2,3 --max-new-tokens 2";
+  CommandResult cuda = run(lockstep("generate --backend cuda" + args), dir_ / "cuda");
+  EXPECT_NE(cuda.exit_code, 0) << cuda.err;
+  EXPECT_LT(cuda.exit_code, 128) << "killed by a signal: " << cuda.err;
+  EXPECT_NE(cuda.err.find("[error] model error: attention: head_dim 100 is not supported by the CUDA backend"),
+            std::string::npos)
+      << cuda.err;
+  EXPECT_EQ(cuda.err.find("loaded in"), std::string::npos) << "refused only after loading: " << cuda.err;
+  CommandResult cpu = run(lockstep("generate --backend cpu" + args), dir_ / "cpu");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGolden, ::testing::ValuesIn(cuda_golden_params()),
