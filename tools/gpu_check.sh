@@ -168,7 +168,7 @@ fi
 # takes a comma-separated subset of its cases, ORACLE_TP the tensor-parallel
 # sizes, default 2,4, ranks sharing this GPU).
 if want oracle; then
-  PYTHONUNBUFFERED=1 timeout ${ORACLE_TIMEOUT_S:-300} python3 "$SRC/tools/oracle_sweep.py" --lockstep "$L" \
+  PYTHONUNBUFFERED=1 timeout ${ORACLE_TIMEOUT_S:-420} python3 "$SRC/tools/oracle_sweep.py" --lockstep "$L" \
     --out /tmp/oracle_sweep --only "${ORACLE_ONLY:-}" --tp "${ORACLE_TP-2,4}" > "$OUT/oracle.txt" 2>&1
   note "oracle sweep rc=$? $(tail -1 "$OUT/oracle.txt")"
   grep -E "^!! |== built" "$OUT/oracle.txt" | head -20
