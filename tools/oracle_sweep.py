@@ -26,9 +26,10 @@ standard deviation), the golden tests' reasoning at these widths:
   16-bit: 0.1. Activations are rounded to 8 (bf16) or 11 (f16) bits between
           ops, ~0.4% relative each; over two layers and the LM head that
           gives a few 1e-2 of the std.
-Greedy float32 ids must equal the oracle's over 16 tokens; the prompt is
-drawn until the oracle's top-2 margin is above 5% of the std at every step,
-so a near-tie cannot decide the comparison.
+Greedy decoding: the logits of each step up to the first id that differs,
+within the same tolerances; float32 ids must equal the oracle's over 16
+tokens where the oracle's top-2 margin is above 5% of the std at every step
+(the short prompt is drawn until it is; at a near-tie ids are reported only).
 Prints one line per run and a summary; exit status 1 if any run is outside
 its tolerance or failed.
 """
@@ -117,13 +118,16 @@ def build_case(case, root):
             np.save(os.path.join(root, case["name"], f"oracle_{LONG_LEN}.npy"),
                     oracle(torch.tensor([prompt])).logits[0].numpy())
             meta["prompts"][LONG_LEN] = prompt
-    meta["greedy"] = {}  # prompt length -> (prompt, ids); none where no prompt had clear margins
+    # prompt length -> (prompt, ids, clear): the oracle's greedy ids, the logits
+    # that chose them (oracle_greedy<n>.npy), and whether every step's top-2
+    # margin was clear (else a near-tie may flip an id: ids are not judged).
+    meta["greedy"] = {}
     for attempt in range(20):
         prompt = [int(x) for x in rng.integers(0, config.vocab_size, PROMPT_LENS[0])]
         ids, rows = greedy(oracle, prompt, NEW_TOKENS)
         if margin_ok(rows, float(np.std(rows))):
-            meta["greedy"][PROMPT_LENS[0]] = (prompt, ids)
             break
+    save_greedy(root, meta, PROMPT_LENS[0], prompt, ids, rows)
     if LONG_LEN in meta["prompts"]:
         prompt = meta["prompts"][LONG_LEN]
         try:
@@ -131,9 +135,13 @@ def build_case(case, root):
         except Exception as e:  # the oracle's cache API, not lockstep: report and go on without it
             print(f"!! {case['name']}: no long greedy oracle ({type(e).__name__}: {e})", flush=True)
         else:
-            if margin_ok(rows, float(np.std(rows))):
-                meta["greedy"][LONG_LEN] = (prompt, ids)
+            save_greedy(root, meta, LONG_LEN, prompt, ids, rows)
     return meta
+
+
+def save_greedy(root, meta, n, prompt, ids, rows):
+    np.save(os.path.join(root, meta["name"], f"oracle_greedy{n}.npy"), rows)
+    meta["greedy"][n] = (prompt, ids, margin_ok(rows, float(np.std(rows))))
 
 
 def greedy_cached(model, prompt, new_tokens):
@@ -190,14 +198,14 @@ def lockstep_runs(exe, root, meta, case, tp_sizes):
             runs.append((label, [exe, "score", "--model", model, "--backend", backend, "--dtype", dtype,
                                  "--max-seq-len", MAX_SEQ, "--prompt-ids", ids, "--dump-logits", out],
                          os.path.join(d, f"{label}.log"), ("score", n, dtype, out)))
-    for n, (prompt, _) in meta["greedy"].items():
+    for n, (prompt, _, _) in meta["greedy"].items():
         ids = ",".join(map(str, prompt))
         for dtype in ("float32", "auto"):
             label = f"greedy{n}_cuda_{dtype}"
             runs.append((label, [exe, "generate", "--model", model, "--backend", "cuda", "--dtype", dtype,
                                  "--max-seq-len", MAX_SEQ, "--prompt-ids", ids, "--max-new-tokens",
-                                 str(NEW_TOKENS), "--ignore-eos"],
-                         os.path.join(d, f"{label}.log"), ("greedy", n, dtype, None)))
+                                 str(NEW_TOKENS), "--ignore-eos", "--dump-logits", os.path.join(d, f"{label}.npy")],
+                         os.path.join(d, f"{label}.log"), ("greedy", n, dtype, os.path.join(d, f"{label}.npy"))))
     return runs
 
 
@@ -217,11 +225,20 @@ def judge(root, meta, run_, rc):
         tol = 1e-3 if dtype == "float32" else 0.1  # auto on CUDA is 16-bit, also for a float32 checkpoint
         ok = err <= tol
         return ok, f"{name:26} {label:24} max|err|/std {err:.3g} (tol {tol:g}) argmax agree {agree:.1f}%"
+    # The logits of every step up to the first id that differs (after it the
+    # two decode different sequences) against the oracle's; the ids
+    # themselves where the oracle's margins were clear, in float32.
     got = [int(t) for t in open(log[:-4] + ".txt").read().split()]
-    want = meta["greedy"][n][1]
+    _, want, clear = meta["greedy"][n]
     same = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), NEW_TOKENS))
-    ok = same == NEW_TOKENS or dtype != "float32"  # 16-bit greedy is reported, not judged
-    return ok, f"{name:26} {label:24} greedy ids equal to the oracle's: first {same} of {NEW_TOKENS}"
+    ref = np.load(os.path.join(root, name, f"oracle_greedy{n}.npy"))
+    rows = np.load(out).astype(np.float64)[: same + 1]
+    err = float(np.abs(rows - ref[: len(rows)]).max() / ref.std())
+    tol = 1e-3 if dtype == "float32" else 0.1
+    ok = err <= tol and (same == NEW_TOKENS or dtype != "float32" or not clear)
+    judged = "judged" if clear and dtype == "float32" else "not judged: " + ("16-bit" if clear else "a near-tie")
+    return ok, (f"{name:26} {label:24} max|err|/std {err:.3g} (tol {tol:g}) over {len(rows)} steps; greedy ids "
+                f"equal to the oracle's: first {same} of {NEW_TOKENS} ({judged})")
 
 
 def main():
