@@ -8,8 +8,9 @@
 // no_lower_writes (as a decode step sets it) and, for the rule, without.
 // Prints one row per (batch, cap): microseconds per launch, the KV bytes read
 // per second and their share of the copy bandwidth measured in the same run.
-// Run: build/attention_bench [iterations] [ctx] [batch cap]
-// (the last two select one row, e.g. for a profiler).
+// Run: build/attention_bench [iterations] [ctx] [batch cap [head_dim]]
+// (batch and cap select one row, e.g. for a profiler; head_dim, default 128,
+// another head size with the same heads).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,7 +28,7 @@ namespace {
 
 using lockstep::DType;
 
-constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kLayers = 32, kMaxBatch = 64;
+constexpr int64_t kHeads = 32, kKvHeads = 8, kLayers = 32, kMaxBatch = 64;
 
 struct Row {
   int64_t batch;
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
   const int64_t ctx = argc > 2 ? std::atoll(argv[2]) : 1024;
   std::vector<Row> rows = all_rows();
   if (argc > 4) rows = {Row{std::atoll(argv[3]), std::atoll(argv[4])}};
+  const int64_t head_dim = argc > 5 ? std::atoll(argv[5]) : 128;
   cudaStream_t stream;
   LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int num_sms = 0;
@@ -76,12 +78,12 @@ int main(int argc, char** argv) {
   const double copy = lockstep::bench::copy_gbs(stream);
 
   const lockstep::KvCacheShape cache{.num_slots = kMaxBatch, .max_seq = ctx + 128, .num_kv_heads = kKvHeads,
-                               .head_dim = kHeadDim};
+                               .head_dim = head_dim};
   const int64_t layer_elems = cache.num_slots * cache.slot_stride();
   void* k = patterned_bf16(kLayers * layer_elems, rng);
   void* v = patterned_bf16(kLayers * layer_elems, rng);
-  void* qkv = patterned_bf16(kMaxBatch * (kHeads + 2 * kKvHeads) * kHeadDim, rng);
-  void* out = patterned_bf16(kMaxBatch * kHeads * kHeadDim, rng);
+  void* qkv = patterned_bf16(kMaxBatch * (kHeads + 2 * kKvHeads) * head_dim, rng);
+  void* out = patterned_bf16(kMaxBatch * kHeads * head_dim, rng);
   std::vector<int32_t> slots(kMaxBatch), positions(kMaxBatch, static_cast<int32_t>(ctx));
   for (int64_t t = 0; t < kMaxBatch; ++t) slots[static_cast<size_t>(t)] = static_cast<int32_t>(t);
   int32_t *d_slots = nullptr, *d_positions = nullptr;
@@ -94,7 +96,8 @@ int main(int argc, char** argv) {
   LS_CHECK_CUDA(cudaMalloc(&ws, static_cast<size_t>(ws_bytes)));
   lockstep::cuda::clear_attention_workspace(ws, num_sms, stream);
 
-  std::printf("copy bandwidth %.0f GB/s; ctx %lld; %d SMs\n", copy, static_cast<long long>(ctx), num_sms);
+  std::printf("copy bandwidth %.0f GB/s; ctx %lld; head_dim %lld; %d SMs\n", copy, static_cast<long long>(ctx),
+              static_cast<long long>(head_dim), num_sms);
   std::printf("%5s %5s %5s %10s %10s %8s\n", "batch", "cap", "early", "us", "GB/s", "%copy");
   for (const Row& r : rows) {
     lockstep::AttentionParams p{.qkv = qkv,
@@ -106,7 +109,7 @@ int main(int argc, char** argv) {
                                 .tokens = r.batch,
                                 .num_heads = kHeads,
                                 .cache = cache,
-                                .scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim)),
+                                .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)),
                                 .dtype = DType::kBF16,
                                 .workspace = ws,
                                 .workspace_bytes = ws_bytes,
@@ -120,7 +123,7 @@ int main(int argc, char** argv) {
     layer(0);
     LS_CHECK_CUDA(cudaStreamSynchronize(stream));
     const double us = lockstep::bench::graphed_us(stream, kLayers, iters, layer);
-    const double bytes = 2.0 * 2.0 * static_cast<double>(r.batch * (ctx + 1) * kKvHeads * kHeadDim);
+    const double bytes = 2.0 * 2.0 * static_cast<double>(r.batch * (ctx + 1) * kKvHeads * head_dim);
     const double gbs = bytes / us / 1e3;
     std::printf("%5lld %5lld %5s %10.2f %10.0f %8.1f\n", static_cast<long long>(r.batch),
                 static_cast<long long>(r.cap), r.early ? "yes" : "no", us, gbs, 100.0 * gbs / copy);
