@@ -2,7 +2,7 @@
 // token t's query heads attend to positions [0, positions[t]] of its slot.
 //
 // Two kernels, both flash-style (online softmax, no score matrix in memory):
-// a tensor-core kernel for bf16/f16 with head_dim 64 or 128 (here, see its
+// a tensor-core kernel for bf16/f16 with head_dim 64, 80, 96 or 128 (here, see its
 // section below) and a CUDA-core kernel for the rest
 // (attention_cuda_core.cu). When the batch alone does not fill the GPU, each
 // sequence is split over several blocks (flash-decoding): every split block
@@ -58,7 +58,7 @@ int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
 // (max, sum) pairs.
 int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kSplitBasePerSm} * num_sms * 4, 256) * 256; }
 
-// ---- Tensor-core path (bf16/f16, head_dim 64 and 128) ----
+// ---- Tensor-core path (bf16/f16, head_dim 64, 80, 96 and 128) ----
 //
 // One block of 4 warps per (tile of query rows, kv head, split). The query
 // rows of kv head h are the flattened pairs (token t, q head g of h's group),
@@ -177,11 +177,17 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
 #pragma unroll
     for (int e = 0; e < 4; ++e) sc[j][e] = 0.0f;
 #pragma unroll
-    for (int ks = 0; ks < HD / 16; ks += 2) {
+    for (int ks = 0; ks + 1 < HD / 16; ks += 2) {
       uint32_t b[4];
       ldmatrix_x4<false>(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8)]);
       mma_16816<T>(sc[j], qf[ks], b[0], b[1]);
       mma_16816<T>(sc[j], qf[ks + 1], b[2], b[3]);
+    }
+    if constexpr (HD / 16 % 2 == 1) {  // the last 16 dimensions alone (head_dim 80)
+      constexpr int ks = HD / 16 - 1;
+      uint32_t b[2];
+      ldmatrix_x2(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8 % 2)]);
+      mma_16816<T>(sc[j], qf[ks], b[0], b[1]);
     }
   }
   // Row i sees the tile's keys up to `last[i]` (tile-relative, -1: none).
@@ -340,28 +346,44 @@ __device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, int used, 
 }
 
 // Copies one tile of keys and values, [tile, tile + kTcKeys) clipped to end
-// (zero-filled past it). Thread i copies 16-byte chunk i % (HD/8) of keys
-// i / (HD/8) + n·kKeyStep: one 64-bit base address per tile, then 32-bit
-// steps (a slot's keys span far less than 2^31 elements).
+// (zero-filled past it). When a key's 16-byte chunks divide the block
+// (head_dim 64, 128), thread i copies chunk i % (HD/8) of keys i / (HD/8) +
+// n·kKeyStep: one 64-bit base address per tile, then 32-bit steps (a slot's
+// keys span far less than 2^31 elements). Otherwise (80, 96) thread i copies
+// chunks i + n·kTcThreads of the tile, each at its own key and column.
 template <typename T, int HD>
 __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base, int64_t pos_stride, int64_t tile,
                              int64_t end) {
   constexpr int kChunks = HD / 8;
-  constexpr int kKeyStep = kTcThreads / kChunks;
-  static_assert(kTcKeys % kKeyStep == 0, "a tile's keys split evenly over the threads");
-  const int key0 = static_cast<int>(threadIdx.x) / kChunks, col = static_cast<int>(threadIdx.x) % kChunks * 8;
-  const int valid = static_cast<int>(min(int64_t{kTcKeys}, end - tile)) - key0;
-  // Out-of-range chunks name a key this thread copies in range, or key 0.
-  const int64_t offset = valid > 0 ? (tile + key0) * pos_stride + col : col;
-  const T* k = k_base + offset;
-  const T* v = v_base + offset;
-  const int step = kKeyStep * static_cast<int>(pos_stride);
+  if constexpr (kTcThreads % kChunks == 0) {
+    constexpr int kKeyStep = kTcThreads / kChunks;
+    static_assert(kTcKeys % kKeyStep == 0, "a tile's keys split evenly over the threads");
+    const int key0 = static_cast<int>(threadIdx.x) / kChunks, col = static_cast<int>(threadIdx.x) % kChunks * 8;
+    const int valid = static_cast<int>(min(int64_t{kTcKeys}, end - tile)) - key0;
+    // Out-of-range chunks name a key this thread copies in range, or key 0.
+    const int64_t offset = valid > 0 ? (tile + key0) * pos_stride + col : col;
+    const T* k = k_base + offset;
+    const T* v = v_base + offset;
+    const int step = kKeyStep * static_cast<int>(pos_stride);
 #pragma unroll
-  for (int n = 0; n < kTcKeys / kKeyStep; ++n) {
-    const bool in_range = n * kKeyStep < valid;
-    const int at = in_range ? n * step : 0;  // out of range: nothing is read (zero-filled)
-    cp_async_16(&s.k[key0 + n * kKeyStep][col], k + at, in_range);
-    cp_async_16(&s.v[key0 + n * kKeyStep][col], v + at, in_range);
+    for (int n = 0; n < kTcKeys / kKeyStep; ++n) {
+      const bool in_range = n * kKeyStep < valid;
+      const int at = in_range ? n * step : 0;  // out of range: nothing is read (zero-filled)
+      cp_async_16(&s.k[key0 + n * kKeyStep][col], k + at, in_range);
+      cp_async_16(&s.v[key0 + n * kKeyStep][col], v + at, in_range);
+    }
+  } else {
+    static_assert(kTcKeys * kChunks % kTcThreads == 0, "a tile's chunks split evenly over the threads");
+    const int valid = static_cast<int>(min(int64_t{kTcKeys}, end - tile));
+#pragma unroll
+    for (int n = 0; n < kTcKeys * kChunks / kTcThreads; ++n) {
+      const int chunk = static_cast<int>(threadIdx.x) + n * kTcThreads;
+      const int key = chunk / kChunks, col = chunk % kChunks * 8;
+      const bool in_range = key < valid;
+      const int64_t offset = in_range ? (tile + key) * pos_stride + col : col;  // out of range: nothing is read
+      cp_async_16(&s.k[key][col], k_base + offset, in_range);
+      cp_async_16(&s.v[key][col], v_base + offset, in_range);
+    }
   }
   cp_async_commit();
 }

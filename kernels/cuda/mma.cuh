@@ -59,6 +59,14 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_ad
   }
 }
 
+// Two 8x8 matrices (no transpose): lanes 8m..8m+7 (m < 2) give the row
+// addresses of matrix m; the other lanes' addresses are not read.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row_address)));
+}
+
 // 16 bytes from global to shared memory without passing through registers;
 // with `valid` false the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_16(void* shared_dst, const void* global_src, bool valid) {

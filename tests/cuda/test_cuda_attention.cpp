@@ -4,7 +4,7 @@
 // (runs of several lengths, each its own sequence, under both tilings of the
 // tensor-core kernel), for GQA ratios 1, 4, 5, 8 and 16 and head_dim 64, 128
 // and 256, and the other head sizes of published checkpoints (80, 96, 112,
-// 120, 160, 192) on the CUDA-core kernel.
+// 120, 160, 192).
 #include <string>
 
 #include "kernels/cuda/ops.h"
@@ -181,10 +181,13 @@ TEST_F(CudaAttentionTest, DecodeMatchesCpuF32) { decode_cases(*this, DType::kF32
 TEST_F(CudaAttentionTest, DecodeMatchesCpuBf16) { decode_cases(*this, DType::kBF16, 111); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16, 211); }
 
-// Head sizes that are not powers of two (the CUDA-core kernel, with the
-// lanes past head_dim / kLaneDims idle), decode with splits and a prefill
-// chunk longer than a key tile, in every dtype: one small test, so that the
-// sanitizers can run it whole.
+// Head sizes that are not powers of two, decode with splits, a prefill chunk
+// longer than a key tile and mixed runs, in every dtype: 80 and 96 take the
+// tensor-core kernel in 16-bit (a key's chunks do not divide the block's
+// threads; 80 has an odd count of 16-wide k steps), every size takes the
+// CUDA-core kernel in float32, and 112-192 in all dtypes (lanes past
+// head_dim / kLaneDims idle). One small test, so that the sanitizers can run
+// it whole.
 TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
   std::mt19937 rng(31);
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
@@ -192,6 +195,7 @@ TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
       run_case({19, 10, 2, hd, Layout::kDecode}, dt, rng);
       run_case({1, 8, 8, hd, Layout::kDecode}, dt, rng);
       run_case({133, 8, 2, hd, Layout::kPrefill}, dt, rng);
+      for (int64_t hint : {0, 1}) run_case({29, 8, 2, hd, Layout::kMixed, hint}, dt, rng);
     }
 }
 
