@@ -9,6 +9,9 @@
 // kv_append writes each token's k and v at its position. attention then lets
 // token t attend to positions [0, positions[t]] of its slot, so a prompt of P
 // tokens (causal prefill) and a decode batch of B sequences are the same call.
+// With a sliding window W the range is [positions[t] - W + 1, positions[t]]
+// (clipped at 0): W keys, the token's own among them (transformers' and
+// flash-attention's definition). The cache still holds every position.
 // GQA: q head h reads kv head h / (num_heads / num_kv_heads).
 #pragma once
 
@@ -62,6 +65,7 @@ struct AttentionParams {
   KvCacheShape cache;
   float scale = 0.0f;  // 1/sqrt(head_dim)
   DType dtype = DType::kF32;
+  int64_t window = 0;  // sliding-window attention: keys a token sees, its own included (0: all before it)
   // Scratch for backends that split a sequence over several workers (the
   // CUDA backend fills it in; the CPU ignores it).
   void* workspace = nullptr;
@@ -87,7 +91,10 @@ struct AttentionParams {
                   "attention", "bad head counts heads={} kv_heads={}", num_heads, cache.num_kv_heads);
     LS_OP_REQUIRE(scale > 0.0f, "attention", "scale must be positive");
     LS_OP_REQUIRE(max_splits >= 0, "attention", "max_splits {} must be >= 0", max_splits);
+    LS_OP_REQUIRE(window >= 0, "attention", "window {} must be >= 0", window);
   }
+  // The first position token t attends to, given its position.
+  int64_t first_key(int64_t position) const { return window > 0 && position >= window ? position - window + 1 : 0; }
 };
 
 namespace cpu {

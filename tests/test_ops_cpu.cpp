@@ -251,12 +251,14 @@ TEST(RopeInvFreq, LinearDividesAndDynamicKeepsTheDefault) {
 
 struct AttnCase {
   int64_t heads, kv_heads, head_dim;
+  int64_t window = 0;  // sliding window (0: none)
 };
 
 class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
 // A prompt of 19 tokens in slot 1 and a decode token in slot 0 at position 6,
-// in one call: causal prefill and decode are the same op.
+// in one call: causal prefill and decode are the same op. With a window, a
+// token sees its own key and the window - 1 before it.
 TEST_P(AttentionTest, CausalPrefillAndDecodeInOneBatch) {
   const AttnCase ac = GetParam();
   const KvCacheShape cs{.num_slots = 2, .max_seq = 32, .num_kv_heads = ac.kv_heads, .head_dim = ac.head_dim};
@@ -276,14 +278,17 @@ TEST_P(AttentionTest, CausalPrefillAndDecodeInOneBatch) {
   std::vector<float> out((tokens - first) * ac.heads * ac.head_dim, NAN);
   cpu::attention(AttentionParams{.qkv = qkv.data() + first * width, .k_cache = k.data(), .v_cache = v.data(),
                                  .slots = slots.data() + first, .positions = pos.data() + first, .out = out.data(),
-                                 .tokens = tokens - first, .num_heads = ac.heads, .cache = cs, .scale = scale});
+                                 .tokens = tokens - first, .num_heads = ac.heads, .cache = cs, .scale = scale,
+                                 .window = ac.window});
   std::vector<double> want(out.size());
   const int64_t group = ac.heads / ac.kv_heads;
   for (int64_t t = first; t < tokens; ++t) {
-    // Keys/values of this token's sequence at positions <= its own, from qkv directly.
+    // Keys/values of this token's sequence at positions <= its own (and
+    // within the window), from qkv directly.
     std::vector<int64_t> src;
     for (int64_t j = 0; j < tokens; ++j)
-      if (slots[j] == slots[t] && pos[j] <= pos[t]) src.push_back(j);
+      if (slots[j] == slots[t] && pos[j] <= pos[t] && (ac.window == 0 || pos[t] - pos[j] < ac.window))
+        src.push_back(j);
     for (int64_t h = 0; h < ac.heads; ++h) {
       const float* q = &qkv[t * width + h * ac.head_dim];
       int64_t kvh = h / group;
@@ -311,7 +316,8 @@ TEST_P(AttentionTest, CausalPrefillAndDecodeInOneBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Gqa, AttentionTest,
                          ::testing::Values(AttnCase{4, 4, 64}, AttnCase{8, 2, 64}, AttnCase{5, 1, 128},
-                                           AttnCase{8, 1, 128}));
+                                           AttnCase{8, 1, 128}, AttnCase{8, 2, 64, 1}, AttnCase{5, 1, 128, 5},
+                                           AttnCase{4, 4, 64, 18}, AttnCase{4, 2, 64, 19}));
 
 TEST(KvCache, OutOfRangePositionIsRefused) {
   const KvCacheShape cs{.num_slots = 1, .max_seq = 4, .num_kv_heads = 1, .head_dim = 2};
@@ -323,7 +329,7 @@ TEST(KvCache, OutOfRangePositionIsRefused) {
                Error);
 }
 
-TEST(KvCache, NegativeSplitCapIsRefused) {
+TEST(KvCache, NegativeSplitCapOrWindowIsRefused) {
   const KvCacheShape cs{.num_slots = 1, .max_seq = 4, .num_kv_heads = 1, .head_dim = 2};
   std::vector<float> qkv(6, 1.0f), k(8, 0.0f), v(8, 0.0f), out(2);
   int32_t slot = 0, pos = 1;
@@ -332,6 +338,8 @@ TEST(KvCache, NegativeSplitCapIsRefused) {
   EXPECT_THROW(cpu::attention(p), Error);
   p.max_splits = 3;  // a cap on the splits changes nothing on the CPU
   EXPECT_NO_THROW(cpu::attention(p));
+  p.window = -1;
+  EXPECT_THROW(cpu::attention(p), Error);
 }
 
 // cpu::linear refuses `p` once `change` has been applied to a copy of it.

@@ -54,18 +54,18 @@ void attention(const AttentionParams& p) {
 #pragma omp for schedule(dynamic, 4)
     for (int64_t th = 0; th < p.tokens * p.num_heads; ++th) {
       const int64_t t = th / p.num_heads, h = th % p.num_heads;
-      const int64_t len = p.positions[t] + 1;
+      const int64_t first = p.first_key(p.positions[t]), len = p.positions[t] + 1;
       const float* q = qkv + t * p.qkv_stride() + h * c.head_dim;
       const int64_t kvh = h / group;
       float max_score = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) {
+      for (int64_t j = first; j < len; ++j) {
         float s = dot(q, kc + c.offset(p.slots[t], j, kvh), c.head_dim) * p.scale;
         scores[j] = s;
         max_score = std::max(max_score, s);
       }
       double denom = 0.0;
       std::fill(acc, acc + c.head_dim, 0.0);
-      for (int64_t j = 0; j < len; ++j) {
+      for (int64_t j = first; j < len; ++j) {
         double e = std::exp(static_cast<double>(scores[j] - max_score));
         denom += e;
         const float* v = vc + c.offset(p.slots[t], j, kvh);

@@ -1,5 +1,6 @@
 // Attention over the KV cache, for prefill and decode alike (kernels/attention.h):
-// token t's query heads attend to positions [0, positions[t]] of its slot.
+// token t's query heads attend to positions [0, positions[t]] of its slot, or
+// to the last `window` of them.
 //
 // Two kernels, both flash-style (online softmax, no score matrix in memory):
 // a tensor-core kernel for bf16/f16 with head_dim 64, 80, 96 or 128 (here, see its
@@ -165,10 +166,11 @@ struct TcState {
 
 // One warp's share of a key tile: keys [k0, k0 + Keys) of the tile in shared
 // memory, which start at absolute position `tile_pos`. Row i may see keys up
-// to limit[i] (-1: none).
+// to limit[i] (-1: none), and with a window only the last `window` of them.
 template <typename T, int HD, int Keys>
 __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos, const int64_t (&limit)[2],
-                               float scale_log2, const uint32_t (&qf)[HD / 16][4], TcState<HD>& st) {
+                               int64_t window, float scale_log2, const uint32_t (&qf)[HD / 16][4],
+                               TcState<HD>& st) {
   const int lane = threadIdx.x % 32;
   const int c = lane % 4;
   float sc[Keys / 8][4];
@@ -190,17 +192,22 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
       mma_16816<T>(sc[j], qf[ks], b[0], b[1]);
     }
   }
-  // Row i sees the tile's keys up to `last[i]` (tile-relative, -1: none).
-  int last[2];
+  // Row i sees the tile's keys first[i] .. last[i] (tile-relative; none when first > last).
+  int first[2], last[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) last[i] = static_cast<int>(max(int64_t{-1}, min(int64_t{kTcKeys}, limit[i] - tile_pos)));
+  for (int i = 0; i < 2; ++i) {
+    last[i] = static_cast<int>(max(int64_t{-1}, min(int64_t{kTcKeys}, limit[i] - tile_pos)));
+    first[i] = window > 0 ? static_cast<int>(max(int64_t{0}, min(int64_t{kTcKeys}, limit[i] - window + 1 - tile_pos)))
+                          : 0;
+  }
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int j = 0; j < Keys / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = e / 2;
-      sc[j][e] = k0 + 8 * j + 2 * c + e % 2 <= last[i] ? sc[j][e] * scale_log2 : -INFINITY;
+      const int key = k0 + 8 * j + 2 * c + e % 2;
+      sc[j][e] = key >= first[i] && key <= last[i] ? sc[j][e] * scale_log2 : -INFINITY;
       mx[i] = fmaxf(mx[i], sc[j][e]);
     }
   float alpha[2], base[2];
@@ -389,17 +396,21 @@ __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base,
 }
 
 // A run of the block's tokens: consecutive tokens first .. last of one
-// slot, from `first` up to last_token, and the longest length among them.
+// slot, from `first` up to last_token, the longest length among them and the
+// first key any of them attends to (0 without a window).
 struct KvRun {
-  int64_t first, last, len;
+  int64_t first, last, len, lo;
   int32_t slot;
 };
 
 __device__ inline KvRun find_run(const AttnArgs& a, int64_t first, int64_t last_token) {
-  KvRun run{first, first, static_cast<int64_t>(a.positions[first]) + 1, a.slots[first]};
+  const int64_t position = a.positions[first];
+  KvRun run{first, first, position + 1, first_key(a, position), a.slots[first]};
   while (run.last < last_token && a.slots[run.last + 1] == run.slot) {
     ++run.last;
-    run.len = max(run.len, static_cast<int64_t>(a.positions[run.last]) + 1);
+    const int64_t p = a.positions[run.last];
+    run.len = max(run.len, p + 1);
+    run.lo = min(run.lo, first_key(a, p));
   }
   return run;
 }
@@ -415,24 +426,26 @@ __device__ inline void run_rows(const AttnArgs& a, const TcRows& rows, const KvR
   }
 }
 
-// The keys this block's split takes of a run of length len: [begin, end),
-// `tiles` key tiles, and the splits that take part (`used`: for decode, the
-// splits the length reaches, each at least kDecodeMinTilesPerSplit tiles;
-// for prefill all of them).
+// The keys this block's split takes of a run's keys [run.lo, run.len),
+// counted in key tiles from the tile holding run.lo: [begin, end), `tiles`
+// key tiles, and the splits that take part (`used`: for decode, the splits
+// the length reaches, each at least kDecodeMinTilesPerSplit tiles; for
+// prefill all of them).
 struct SplitKeys {
   int64_t begin, end, tiles;
   int used;
 };
 
 template <int RowWarps>
-__device__ SplitKeys split_keys(const AttnArgs& a, int64_t len) {
-  const int64_t len_tiles = ceil_div(len, kTcKeys);
+__device__ SplitKeys split_keys(const AttnArgs& a, const KvRun& run) {
+  const int64_t start = run.lo / kTcKeys * kTcKeys;
+  const int64_t len_tiles = ceil_div(run.len - start, kTcKeys);
   const int64_t tiles_per_split =
       max(RowWarps == 1 ? int64_t{kDecodeMinTilesPerSplit} : int64_t{1}, ceil_div(len_tiles, a.splits));
   SplitKeys k;
   k.used = RowWarps == 1 ? static_cast<int>(min(int64_t{a.splits}, ceil_div(len_tiles, tiles_per_split))) : a.splits;
-  k.begin = blockIdx.z * tiles_per_split * kTcKeys;
-  k.end = min(len, k.begin + tiles_per_split * kTcKeys);
+  k.begin = start + blockIdx.z * tiles_per_split * kTcKeys;
+  k.end = min(run.len, k.begin + tiles_per_split * kTcKeys);
   k.tiles = k.end > k.begin ? ceil_div(k.end - k.begin, kTcKeys) : 0;
   return k;
 }
@@ -476,7 +489,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
     bool active[2];
     int64_t limit[2];
     run_rows(a, rows, run, active, limit);
-    const SplitKeys keys = split_keys<RowWarps>(a, run.len);
+    const SplitKeys keys = split_keys<RowWarps>(a, run);
     used = keys.used;
     // A decode block holds one token: splits past its length leave at once, writing nothing.
     if (RowWarps == 1 && static_cast<int>(blockIdx.z) >= used) return;
@@ -504,7 +517,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       else
         cp_async_wait_group<0>();
       __syncthreads();
-      tc_attend_tile<T, HD, kWarpKeys>(buf[i % kStages], k0, begin + i * kTcKeys, limit, scale_log2, qf, st);
+      tc_attend_tile<T, HD, kWarpKeys>(buf[i % kStages], k0, begin + i * kTcKeys, limit, a.window, scale_log2, qf,
+                                       st);
       __syncthreads();  // buffer i % kStages is free for tile i + kStages
     }
     if constexpr (RowWarps == 1)
@@ -630,6 +644,7 @@ AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int h
                   .head_chunks = head_chunks,
                   .splits = splits,
                   .scale = p.scale,
+                  .window = p.window,
                   .no_lower_writes = p.no_lower_writes};
 }
 

@@ -130,8 +130,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttnArgs a) {
   const int G = min(kMaxGroup, a.group - chunk * kMaxGroup);
   const int split = static_cast<int>(blockIdx.z);
   const int64_t len = static_cast<int64_t>(a.positions[t]) + 1;
-  const int64_t per_split = (len + a.splits - 1) / a.splits;
-  const int64_t begin = split * per_split;
+  const int64_t lo = attention_detail::first_key(a, len - 1);
+  const int64_t per_split = (len - lo + a.splits - 1) / a.splits;
+  const int64_t begin = lo + split * per_split;
   const int64_t end = min(len, begin + per_split);
   const int64_t pos_stride = a.pos_stride;
   const int lane = threadIdx.x % 32;

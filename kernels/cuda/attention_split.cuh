@@ -44,8 +44,14 @@ struct AttnArgs {
   int head_chunks;  // blocks per (token, kv head) along the group (CUDA cores, tensor-core decode)
   int splits;
   float scale;
+  int64_t window;        // AttentionParams::window (0: none)
   bool no_lower_writes;  // AttentionParams::no_lower_writes
 };
+
+// The first key a token at `position` attends to (AttentionParams::first_key).
+__device__ inline int64_t first_key(const AttnArgs& a, int64_t position) {
+  return a.window > 0 && position >= a.window ? position - a.window + 1 : 0;
+}
 
 // Called by every thread of a split block once its partial results are
 // written: true in the block that finishes last among the `used` splits of

@@ -4,7 +4,7 @@
 // (runs of several lengths, each its own sequence, under both tilings of the
 // tensor-core kernel), for GQA ratios 1, 4, 5, 8 and 16 and head_dim 64, 128
 // and 256, and the other head sizes of published checkpoints (80, 96, 112,
-// 120, 160, 192).
+// 120, 160, 192); sliding windows.
 #include <string>
 
 #include "kernels/cuda/ops.h"
@@ -25,6 +25,7 @@ struct AttnCase {
   Layout layout;
   int64_t hint = 0;  // tokens_per_sequence_hint; 0: the layout's true longest run
   int64_t max_splits = 0;
+  int64_t window = 0;  // sliding window (0: none)
 };
 
 // no_lower_writes holds for every decode layout (one token per slot); it is
@@ -38,7 +39,7 @@ std::string describe(const AttnCase& c) {
   return std::string(names[static_cast<int>(c.layout)]) + " tokens=" + std::to_string(c.tokens) +
          " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd=" + std::to_string(c.head_dim) +
          " hint=" + std::to_string(c.hint) + " max_splits=" + std::to_string(c.max_splits) +
-         (early_keys(c) ? " no_lower_writes" : "");
+         " window=" + std::to_string(c.window) + (early_keys(c) ? " no_lower_writes" : "");
 }
 
 // Slots and positions of each layout; returns the longest run of one slot.
@@ -88,7 +89,7 @@ class CudaAttentionTest : public CudaOpTest {
     AttentionParams p{.qkv = d_qkv.get(), .k_cache = d_k.get(), .v_cache = d_v.get(), .slots = d_slots.ints(),
                       .positions = d_pos.ints(), .out = d_out.get(), .tokens = ac.tokens, .num_heads = ac.heads,
                       .cache = cache, .scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim)), .dtype = dt,
-                      .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_),
+                      .window = ac.window, .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_),
                       .tokens_per_sequence_hint = ac.hint > 0 ? ac.hint : longest,
                       .no_lower_writes = early_keys(ac),
                       .max_splits = ac.max_splits};
@@ -196,6 +197,26 @@ TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
       run_case({1, 8, 8, hd, Layout::kDecode}, dt, rng);
       run_case({133, 8, 2, hd, Layout::kPrefill}, dt, rng);
       for (int64_t hint : {0, 1}) run_case({29, 8, 2, hd, Layout::kMixed, hint}, dt, rng);
+    }
+}
+
+// Sliding windows of 1 key up to longer than any sequence, under both
+// kernels (tensor cores: 16-bit at 64, 80 and 128; CUDA cores: float32, and
+// head size 32): decode with splits whose keys start mid-tile (and a cap of
+// 2 splits), a prefill chunk whose 64-row tiles hold rows of different first
+// keys, and mixed runs under both tilings. One small test, so that the
+// sanitizers can run it whole.
+TEST_F(CudaAttentionTest, WindowsMatchCpu) {
+  std::mt19937 rng(41);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int64_t hd : {32, 64, 80, 128}) {
+      if (hd == 80 && dt != DType::kBF16) continue;
+      for (int64_t window : {1, 37, 200, 5000}) {
+        run_case({19, 8, 2, hd, Layout::kDecode, 0, 0, window}, dt, rng);
+        run_case({3, 16, 2, hd, Layout::kDecode, 0, 2, window}, dt, rng);
+      }
+      for (int64_t window : {1, 5, 64, 100}) run_case({133, 8, 2, hd, Layout::kPrefill, 0, 0, window}, dt, rng);
+      for (int64_t hint : {0, 1}) run_case({29, 8, 2, hd, Layout::kMixed, hint, 0, 3}, dt, rng);
     }
 }
 
