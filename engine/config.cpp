@@ -174,24 +174,42 @@ void check_unsupported_features(const json& j) {
   if (get_bool_or(j, "mlp_bias", false)) config_error("unsupported mlp_bias = true");
 }
 
-// The window of sliding-window attention as transformers applies it (0:
-// none). Mistral windows every layer whenever sliding_window is set (its
-// class default is 4096). Qwen2 and Qwen3 window only with
-// use_sliding_window, and only the layers named "sliding_attention" in
-// layer_types, by default those from max_window_layers on. Llama has none.
-int64_t parse_sliding_window(const json& j, Arch arch, int64_t num_layers) {
+// Sliding-window attention as transformers applies it: the window (0: none)
+// and the layers it applies to. Mistral windows every layer whenever
+// sliding_window is set (its class default is 4096). Qwen2 and Qwen3 window
+// only with use_sliding_window, and only the layers named
+// "sliding_attention" in layer_types, by default those from
+// max_window_layers on. Llama has none.
+void parse_sliding_window(const json& j, ModelConfig& c) {
   constexpr int64_t kClassDefault = 4096;
-  if (arch == Arch::kLlama) return 0;
+  c.sliding_window = 0;
+  c.windowed_layers.clear();
+  if (c.arch == Arch::kLlama) return;
   const int64_t window = get_int_or(j, "sliding_window", j.contains("sliding_window") ? 0 : kClassDefault);
   if (window < 0) config_error(fmt::format("'sliding_window' must be positive, got {}", window));
-  if (arch == Arch::kMistral) return window;
-  if (!get_bool_or(j, "use_sliding_window", false)) return 0;
-  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) config_error("'layer_types' must be a list");
-    const bool any = std::any_of(it->begin(), it->end(), [](const json& t) { return t == "sliding_attention"; });
-    return any ? window : 0;
+  if (window == 0) return;
+  if (c.arch == Arch::kMistral) {
+    c.sliding_window = window;
+    return;
   }
-  return get_int_or(j, "max_window_layers", 28) < num_layers ? window : 0;
+  if (!get_bool_or(j, "use_sliding_window", false)) return;
+  std::vector<bool> windowed(static_cast<size_t>(std::max<int64_t>(c.num_layers, 0)));
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int64_t>(it->size()) != c.num_layers)
+      config_error(fmt::format("'layer_types' must be a list of num_hidden_layers ({}) names", c.num_layers));
+    for (size_t l = 0; l < windowed.size(); ++l) {
+      const json& t = (*it)[l];
+      if (t != "sliding_attention" && t != "full_attention")
+        config_error(fmt::format("unsupported layer type {} in 'layer_types'", t.dump()));
+      windowed[l] = t == "sliding_attention";
+    }
+  } else {
+    const int64_t from = get_int_or(j, "max_window_layers", 28);
+    for (size_t l = 0; l < windowed.size(); ++l) windowed[l] = static_cast<int64_t>(l) >= from;
+  }
+  if (std::none_of(windowed.begin(), windowed.end(), [](bool w) { return w; })) return;
+  c.sliding_window = window;
+  c.windowed_layers = std::move(windowed);
 }
 
 std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
@@ -248,7 +266,7 @@ ModelConfig parse_model_config(const json& j) {
       get_int_or(j, "max_position_embeddings", arch_entry(c.arch).default_max_positions);
   c.rms_norm_eps = get_number(j, "rms_norm_eps", " (the RMSNorm epsilon is always read from the config)");
   c.rope = parse_rope(j, c.max_position_embeddings);
-  c.sliding_window = parse_sliding_window(j, c.arch, c.num_layers);
+  parse_sliding_window(j, c);
   c.tie_word_embeddings = get_bool_or(j, "tie_word_embeddings", false);
   bool attention_bias = get_bool_or(j, "attention_bias", false);
   c.qkv_bias = c.arch == Arch::kQwen2 || attention_bias;
@@ -279,6 +297,9 @@ void ModelConfig::validate() const {
   positive(head_dim, "head_dim");
   positive(vocab_size, "vocab_size");
   positive(max_position_embeddings, "max_position_embeddings");
+  if (sliding_window < 0) config_error(fmt::format("'sliding_window' must be positive, got {}", sliding_window));
+  if (!windowed_layers.empty() && static_cast<int64_t>(windowed_layers.size()) != num_layers)
+    config_error(fmt::format("{} windowed-layer flags for {} layers", windowed_layers.size(), num_layers));
   if (num_heads % num_kv_heads != 0)
     config_error(fmt::format("num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
                              num_heads, num_kv_heads));
@@ -301,19 +322,24 @@ void ModelConfig::validate() const {
     if (id < 0 || id >= vocab_size) config_error(fmt::format("eos_token_id {} outside the vocabulary", id));
 }
 
-int64_t ModelConfig::max_positions() const {
-  return sliding_window > 0 ? std::min(sliding_window, max_position_embeddings) : max_position_embeddings;
+int64_t ModelConfig::attention_window(int64_t layer) const {
+  if (sliding_window == 0 || windowed_layers.empty()) return sliding_window;
+  return windowed_layers.at(static_cast<size_t>(layer)) ? sliding_window : 0;
 }
 
 std::string ModelConfig::summary() const {
   std::string scaling;
   if (rope.type != RopeType::kDefault) scaling = fmt::format(", factor={}", rope.factor);
   if (rope.type == RopeType::kYarn) scaling += fmt::format(", attention_factor={}", rope.attention_factor);
+  std::string windowed;
+  if (!windowed_layers.empty())
+    windowed = fmt::format(" (on {} of {} layers)", std::count(windowed_layers.begin(), windowed_layers.end(), true),
+                           num_layers);
   return fmt::format(
       "{} hidden={} intermediate={} layers={} heads={} kv_heads={} head_dim={} vocab={} "
-      "max_pos={} sliding_window={} eps={} rope={}(theta={}{}) tied={} qkv_bias={} o_bias={} qk_norm={} dtype={}",
+      "max_pos={} sliding_window={}{} eps={} rope={}(theta={}{}) tied={} qkv_bias={} o_bias={} qk_norm={} dtype={}",
       arch_name(arch), hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
-      vocab_size, max_position_embeddings, sliding_window, rms_norm_eps, rope_type_name(rope.type), rope.theta,
+      vocab_size, max_position_embeddings, sliding_window, windowed, rms_norm_eps, rope_type_name(rope.type), rope.theta,
       scaling, tie_word_embeddings, qkv_bias, o_bias, qk_norm, dtype_name(dtype));
 }
 

@@ -52,10 +52,10 @@ struct ModelConfig {
   int64_t head_dim = 0;
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 0;
-  // Sliding-window attention's window (0: none). Within the window it is
-  // plain causal attention, so the engine runs such models up to
-  // max_positions() and no further.
+  // Sliding-window attention: the window (0: none) and the layers that take
+  // it (windowed_layers[l]; every layer when empty and the window is set).
   int64_t sliding_window = 0;
+  std::vector<bool> windowed_layers;
   double rms_norm_eps = 0.0;
   RopeConfig rope;
   bool tie_word_embeddings = false;
@@ -69,9 +69,11 @@ struct ModelConfig {
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
-  // Positions this engine computes exactly as the model defines them:
-  // max_position_embeddings, or the sliding window when that is shorter.
-  int64_t max_positions() const;
+  // The keys a token of `layer` attends to, its own included (0: every
+  // earlier position).
+  int64_t attention_window(int64_t layer) const;
+  // Positions a sequence may reach: max_position_embeddings.
+  int64_t max_positions() const { return max_position_embeddings; }
   // Throws kModel naming the field when something is out of range.
   void validate() const;
   std::string summary() const;  // one line for the start-up log

@@ -105,11 +105,7 @@ int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const Engi
                                static_cast<int64_t>(act_bytes);
   const int64_t fits = std::max<int64_t>(budget / per_position, 0);
   const int64_t limit = c.max_positions();
-  const std::string limit_name =
-      limit < c.max_position_embeddings
-          ? fmt::format("sliding_window {} (sliding-window attention is exact up to the window, not implemented past it)",
-                        limit)
-          : fmt::format("max_position_embeddings {}", limit);
+  const std::string limit_name = fmt::format("max_position_embeddings {}", limit);
   if (o.max_seq_len > 0) {
     LS_REQUIRE(o.max_seq_len <= limit, ErrorKind::kInvalidArgument, "--max-seq-len {} exceeds the model's {}",
                o.max_seq_len, limit_name);
@@ -121,8 +117,6 @@ int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const Engi
   LS_REQUIRE(fits >= 1, ErrorKind::kInvalidArgument, "the KV cache budget of {} bytes holds no position", budget);
   if (fits < limit)
     spdlog::warn("KV cache capped at {} positions (the model's {}): budget {} bytes", fits, limit_name, budget);
-  else if (limit < c.max_position_embeddings)
-    spdlog::warn("KV cache capped at {} positions by the model's {}", limit, limit_name);
   return std::min(fits, limit);
 }
 

@@ -217,6 +217,7 @@ void Runner::pre_o_proj(int64_t layer) {
                                      .cache = cs,
                                      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
                                      .dtype = act_,
+                                     .window = config_.attention_window(layer),
                                      .tokens_per_sequence_hint = tokens_per_sequence_,
                                      .no_lower_writes = no_lower_writes_});
 }

@@ -187,18 +187,33 @@ TEST_F(Cli, ConfigShapeMismatchNamesTheTensor) {
   expect_clean_failure(generate(model, "--prompt-ids 1"), {"model.layers.0.mlp.gate_proj.weight", "shape"});
 }
 
-// A sliding-window model runs up to its window and refuses more, by name.
-TEST_F(Cli, SlidingWindowLimitsTheContext) {
-  auto model = make_model("m");
-  rewrite_config(model, [](nlohmann::json& j) {
-    j["architectures"] = {"MistralForCausalLM"};
-    j["sliding_window"] = 16;
-  });
-  CommandResult ok = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 4 --ignore-eos");
-  EXPECT_EQ(ok.exit_code, 0) << ok.err;
-  EXPECT_NE(ok.err.find("sliding_window 16"), std::string::npos) << ok.err;  // the cap is logged
-  expect_clean_failure(generate(model, "--prompt-ids 1 --max-seq-len 17"), {"--max-seq-len 17", "sliding_window 16"});
-  expect_clean_failure(generate(model, "--prompt-ids 1,2,3 --max-new-tokens 20 --ignore-eos"), {"16"});
+// A sliding-window model runs past its window, and the window acts: a
+// token at position p sees positions p - 3 .. p with a window of 4, so the
+// first four logit rows equal the full-attention model's and the later ones
+// do not (the golden fixtures check the values against transformers).
+TEST_F(Cli, SlidingWindowRunsPastTheWindow) {
+  std::vector<NpyArray> logits;
+  for (const auto& window : {nlohmann::json(nullptr), nlohmann::json(4)}) {
+    auto model = make_model(window.is_null() ? "full" : "windowed");
+    rewrite_config(model, [&](nlohmann::json& j) {
+      j["architectures"] = {"MistralForCausalLM"};
+      j["sliding_window"] = window;
+    });
+    const auto dump = dir_ / (window.is_null() ? "full.npy" : "windowed.npy");
+    CommandResult r = run(lockstep("score --backend cpu --model " + model.string() +
+                                   " --prompt-ids 5,9,2,7,11,3,8,1,6,4 --max-seq-len 12 --dump-logits " + dump.string()),
+                          dir_ / "run");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    logits.push_back(read_npy(dump));
+  }
+  ASSERT_EQ(logits[0].shape, logits[1].shape);
+  const int64_t vocab = logits[0].shape.at(1);
+  for (int64_t row = 0; row < logits[0].shape.at(0); ++row) {
+    const auto begin = static_cast<std::ptrdiff_t>(row * vocab);
+    const bool same = std::equal(logits[0].values.begin() + begin, logits[0].values.begin() + begin + vocab,
+                                 logits[1].values.begin() + begin);
+    EXPECT_EQ(same, row < 4) << "row " << row;
+  }
 }
 
 // --prompt puts the tokenizer's post-processor tokens (here a BOS) around the

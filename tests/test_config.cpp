@@ -111,24 +111,28 @@ TEST(Config, RefusesUnsupportedThingsByName) {
   refuse(j, {"eos_token_id", "384"});
 }
 
-// Sliding windows as transformers applies them; the engine runs a windowed
-// model up to the window (ModelConfig::max_positions).
+// Sliding windows as transformers applies them: the window and the layers
+// that take it. A windowed model still reaches max_position_embeddings.
 TEST(Config, SlidingWindowAsTransformersAppliesIt) {
   const auto window = [](json j) { return parse_model_config(j).sliding_window; };
+  // The window of each of the two layers.
+  const auto layers = [](json j) {
+    const ModelConfig c = parse_model_config(j);
+    return std::vector<int64_t>{c.attention_window(0), c.attention_window(1)};
+  };
   json j = llama_classic();
   j["max_position_embeddings"] = 32768;
   j["sliding_window"] = 4096;
   EXPECT_EQ(window(j), 0);  // Llama has no sliding window
   j["architectures"] = {"MistralForCausalLM"};
   EXPECT_EQ(window(j), 4096);
-  EXPECT_EQ(parse_model_config(j).max_positions(), 4096);
+  EXPECT_EQ(layers(j), (std::vector<int64_t>{4096, 4096}));  // every layer
+  EXPECT_EQ(parse_model_config(j).max_positions(), 32768);
   j["sliding_window"] = nullptr;
   EXPECT_EQ(window(j), 0);
-  EXPECT_EQ(parse_model_config(j).max_positions(), 32768);
+  EXPECT_EQ(layers(j), (std::vector<int64_t>{0, 0}));
   j.erase("sliding_window");
   EXPECT_EQ(window(j), 4096);  // MistralConfig's default
-  j["sliding_window"] = 65536;
-  EXPECT_EQ(parse_model_config(j).max_positions(), 32768);  // a window past the positions limits nothing
   j = llama_classic();
   j["architectures"] = {"Qwen2ForCausalLM"};
   j["rope_scaling"] = nullptr;
@@ -138,10 +142,21 @@ TEST(Config, SlidingWindowAsTransformersAppliesIt) {
   EXPECT_EQ(window(j), 0);  // windows layers from max_window_layers (28 by default) on: none of 2
   j["max_window_layers"] = 1;
   EXPECT_EQ(window(j), 128);
+  EXPECT_EQ(layers(j), (std::vector<int64_t>{0, 128}));
   j["layer_types"] = {"full_attention", "full_attention"};
   EXPECT_EQ(window(j), 0);  // named layers win
-  j["layer_types"] = {"full_attention", "sliding_attention"};
-  EXPECT_EQ(window(j), 128);
+  j["layer_types"] = {"sliding_attention", "full_attention"};
+  EXPECT_EQ(layers(j), (std::vector<int64_t>{128, 0}));
+  j["use_sliding_window"] = false;
+  EXPECT_EQ(layers(j), (std::vector<int64_t>{0, 0}));  // the flag gates the layer types
+  j["use_sliding_window"] = true;
+  const auto refuse = [](json j, std::initializer_list<std::string> words) {
+    expect_error([&] { parse_model_config(j); }, ErrorKind::kModel, words);
+  };
+  j["layer_types"] = {"sliding_attention"};
+  refuse(j, {"layer_types", "2"});
+  j["layer_types"] = {"sliding_attention", "chunked_attention"};
+  refuse(j, {"layer_types", "chunked_attention"});
 }
 
 TEST(Config, RopeTypesFollowTransformersDefaults) {

@@ -129,9 +129,9 @@ TEST_F(EngineTest, TooManySequencesAreRefused) {
   expect_error([&] { g.generate(three, false); }, ErrorKind::kInvalidArgument, {"3 sequences", "2"});
 }
 
-// A sliding-window model runs up to its window: the default KV cache stops
-// there, and a longer one is refused with the reason.
-TEST(MaxSeqLen, SlidingWindowCapsTheCache) {
+// The cache reaches max_position_embeddings, with or without a sliding
+// window; a longer one is refused with the reason.
+TEST(MaxSeqLen, PositionLimitCapsTheCache) {
   ModelConfig c;
   c.hidden_size = 64, c.intermediate_size = 96, c.vocab_size = 384;
   c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
@@ -139,12 +139,9 @@ TEST(MaxSeqLen, SlidingWindowCapsTheCache) {
   const ShardPlan plan = ShardPlan::make(c, 0, 1);
   EngineOptions o;
   o.max_batch = 1, o.kv_cache_bytes = 1 << 30;
-  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 0), 64);
-  o.max_seq_len = 64;
-  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 0), 64);
+  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 0), 256);  // the window caps nothing
   o.max_seq_len = 65;
-  expect_error([&] { resolve_max_seq_len(c, plan, o, 2, 0); }, ErrorKind::kInvalidArgument,
-               {"--max-seq-len 65", "sliding_window 64"});
+  EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 0), 65);
   c.sliding_window = 0;
   o.max_seq_len = 257;
   expect_error([&] { resolve_max_seq_len(c, plan, o, 2, 0); }, ErrorKind::kInvalidArgument,
