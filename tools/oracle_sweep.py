@@ -7,7 +7,7 @@ The golden fixtures (tests/data/golden) are tiny (head_dim 8-32, hidden 64),
 so on a GPU they take the CUDA-core attention and never the tensor-core
 tilings, the GEMV or cuBLASLt at real widths. This sweep builds random-weight
 models in the shapes of published checkpoints (SmolLM2, Qwen2.5, Llama 3.2,
-Qwen3, Mistral, and head sizes 80/96/256), two layers each, with
+Qwen3, Mistral, head sizes 80/96/256, sliding windows), two layers each, with
 transformers; computes the oracle logits in float64 on the CPU (eager
 attention); and runs `lockstep score` (CUDA in the checkpoint's 16-bit type
 and in float32, and the CPU backend) and greedy `lockstep generate` (CUDA,
@@ -46,7 +46,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "oracle"))
-from make_golden import make_config, randomize, to_classic, greedy, margin_ok  # noqa: E402
+from make_golden import make_config, randomize, to_classic, greedy, margin_ok, check_window_acts  # noqa: E402
 
 BASE = dict(num_hidden_layers=2, max_position_embeddings=4096, initializer_range=0.02)
 CASES = [
@@ -82,10 +82,18 @@ CASES = [
     dict(name="qwen3_hd256_mqa", arch="qwen3", dtype=torch.bfloat16, style="transformers5",
          cfg=dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=4, num_key_value_heads=1,
                   head_dim=256, vocab_size=2048)),
+    # Sliding windows shorter than the prompts: Mistral windows every layer;
+    # Qwen2 only the layers from max_window_layers on (here the second).
+    dict(name="mistral_window_200", arch="mistral", dtype=torch.bfloat16, style="classic",
+         cfg=dict(hidden_size=1024, intermediate_size=3584, num_attention_heads=8, num_key_value_heads=2,
+                  head_dim=128, vocab_size=2048, sliding_window=200)),
+    dict(name="qwen2_window_layer2", arch="qwen2", dtype=torch.bfloat16, style="transformers5",
+         cfg=dict(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2,
+                  vocab_size=2048, use_sliding_window=True, sliding_window=100, max_window_layers=1)),
 ]
 PROMPT_LENS = (45, 300)
 LONG_LEN = 2000  # cases with long=True: prefill in 8 chunks, decode over 32 key tiles
-LONG_CASES = {"llama32_1b_shape", "qwen3_06b_shape", "llama_hd96_odd_inter"}
+LONG_CASES = {"llama32_1b_shape", "qwen3_06b_shape", "llama_hd96_odd_inter", "mistral_window_200"}
 NEW_TOKENS = 16
 MAX_SEQ = "2560"
 
@@ -113,6 +121,7 @@ def build_case(case, root):
             score = oracle(torch.tensor([prompt])).logits[0].numpy()
             np.save(os.path.join(root, case["name"], f"oracle_{n}.npy"), score)
             meta["prompts"][n] = prompt
+        check_window_acts(dict(case, cfg=cfg), model_dir, prompt, score)
         if case["name"] in LONG_CASES:
             prompt = [int(x) for x in rng.integers(0, config.vocab_size, LONG_LEN)]
             np.save(os.path.join(root, case["name"], f"oracle_{LONG_LEN}.npy"),

@@ -55,6 +55,17 @@ CASES = [
     # window, sliding-window attention is full causal attention.
     dict(name="mistral_window_bf16", arch="mistral", dtype=torch.bfloat16, style="classic",
          cfg=dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=32)),
+    # Windows shorter than the 17 positions: Mistral windows every layer;
+    # Qwen2 with use_sliding_window the layers from max_window_layers on (the
+    # second); Qwen3 the layers layer_types names (the first).
+    dict(name="mistral_short_window_f32", arch="mistral", dtype=torch.float32, style="classic",
+         cfg=dict(num_attention_heads=4, num_key_value_heads=2, sliding_window=4)),
+    dict(name="qwen2_window_layer1_bf16", arch="qwen2", dtype=torch.bfloat16, style="transformers5",
+         cfg=dict(num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=5,
+                  max_window_layers=1)),
+    dict(name="qwen3_window_layer0_f32", arch="qwen3", dtype=torch.float32, style="transformers5",
+         cfg=dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32, use_sliding_window=True,
+                  sliding_window=3, layer_types=["sliding_attention", "full_attention"])),
 ]
 
 CONFIG_CLASSES = {
@@ -124,6 +135,26 @@ def margin_ok(rows, std):
     return float(np.min(top2[:, 1] - top2[:, 0])) > 0.05 * std
 
 
+def check_window_acts(case, model_dir, prompt, score):
+    """A window shorter than the prompt must change the oracle's logits past
+    it, and only there: the same checkpoint without the window agrees on the
+    first `window` positions and differs after them."""
+    window = case["cfg"].get("sliding_window") or 0
+    if not window or window >= len(prompt):
+        return
+    layers = case["cfg"].get("num_hidden_layers", 2)
+    override = (dict(sliding_window=None) if case["arch"] == "mistral"
+                else dict(layer_types=["full_attention"] * layers))
+    full = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64, attn_implementation="eager",
+                                                **override)
+    with torch.no_grad():
+        other = full(torch.tensor([prompt])).logits[0].numpy()
+    if not np.allclose(other[:window], score[:window], rtol=0, atol=1e-9):
+        raise SystemExit(f"{case['name']}: positions inside the window differ without it")
+    if np.allclose(other[window:], score[window:], rtol=0, atol=1e-6):
+        raise SystemExit(f"{case['name']}: the oracle ignored the sliding window")
+
+
 def make_case(case, out_dir, prompt_len, new_tokens):
     torch.manual_seed(1234)
     gen = torch.Generator().manual_seed(4321)
@@ -149,6 +180,7 @@ def make_case(case, out_dir, prompt_len, new_tokens):
             break
     else:
         raise SystemExit(f"{case['name']}: no prompt with a clear greedy margin")
+    check_window_acts(case, model_dir, prompt, score)
     np.save(os.path.join(out_dir, case["name"], "score.npy"), score.astype(np.float32))
     np.save(os.path.join(out_dir, case["name"], "generate.npy"), rows.astype(np.float32))
     meta = dict(prompt=prompt, greedy=ids, max_new_tokens=new_tokens, score_std=std,
