@@ -84,6 +84,23 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Waits for the group committed `newer` groups before the newest one (at
+// most Max newer groups may stay in flight): wait_group takes an immediate,
+// so a pipeline of Max + 1 stages picks it at run time near its end, where
+// fewer groups follow the one it needs.
+template <int Max>
+__device__ __forceinline__ void cp_async_wait_for(int64_t newer) {
+  if constexpr (Max > 0) {
+    if (newer >= Max) {
+      cp_async_wait_group<Max>();
+      return;
+    }
+    cp_async_wait_for<Max - 1>(newer);
+  } else {
+    cp_async_wait_group<0>();
+  }
+}
+
 // Two floats as one register of two 16-bit operands (lo in the low half).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
