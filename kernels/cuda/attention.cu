@@ -88,13 +88,18 @@ struct TcTile {
   T v[kTcKeys][kLd];
 };
 
-// Tiles of keys in a block's shared memory: three for decode, where copies
-// dominate, so that two tiles' copies are in flight while the block computes
-// on the third. At head size 128 that is 104 KB a block, 2 blocks and ~4
-// tiles of copies in flight an SM, against 3 blocks and ~3 tiles with two
-// stages (H200, llama3-8b's heads at ctx 1024, batch 32: 33.9 against 39.6 us
-// a launch, 93% of the copy bandwidth against 80%; benchmarks/RESULTS.md).
-constexpr int tc_stages(int row_warps) { return row_warps == 1 ? 3 : 1; }
+// Tiles of keys in a block's shared memory. Decode, where copies dominate,
+// takes three, so that two tiles' copies are in flight while the block
+// computes on the third: at head size 128 that is 104 KB a block, 2 blocks
+// and ~4 tiles of copies in flight an SM, against 3 blocks and ~3 tiles with
+// two stages. H200, llama3-8b's heads at ctx 1024, batch 32, us a launch
+// (benchmarks/RESULTS.md): 128 39.6 -> 34.8, 96 34.1 -> 28.0, 64 20.9 ->
+// 20.7; head size 80 keeps two (27.5 against 31.6 with three: measured, the
+// cause not yet found). Prefill tiles compute more than they copy: one.
+template <int HD>
+constexpr int tc_stages(int row_warps) {
+  return row_warps == 1 ? (HD == 80 ? 2 : 3) : 1;
+}
 
 // A block's query rows: flattened rows base .. base + count - 1 (row
 // t·group + g is token t's q head g of kv head blockIdx.y). A decode tile's
@@ -465,7 +470,7 @@ template <typename T, int HD, int RowWarps>
 __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnArgs a) {
   constexpr int kKeyWarps = 4 / RowWarps;
   constexpr int kWarpKeys = kTcKeys / kKeyWarps;
-  constexpr int kStages = tc_stages(RowWarps);
+  constexpr int kStages = tc_stages<HD>(RowWarps);
   extern __shared__ __align__(16) unsigned char smem[];  // kStages tiles
   auto* buf = reinterpret_cast<TcTile<T, HD>*>(smem);
   if constexpr (RowWarps == 4) start_after_producers();
@@ -543,7 +548,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
 
 template <typename T, int HD, int RowWarps>
 constexpr int tc_smem_bytes() {
-  return tc_stages(RowWarps) * static_cast<int>(sizeof(TcTile<T, HD>));
+  return tc_stages<HD>(RowWarps) * static_cast<int>(sizeof(TcTile<T, HD>));
 }
 
 // Over 48 KB of shared memory needs the opt-in, per device: set it each time (a host-side attribute).
