@@ -69,8 +69,8 @@ int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kSplitBasePerSm} * 
 // keys. Tokens of one slot that are consecutive in the batch form a run; the
 // block walks its runs one by one (a prefill chunk is one run), and for each
 // run streams the slot's keys in tiles of 64 through shared memory
-// (cp.async, zero-filled past the end; decode keeps the next two tiles'
-// copies in flight while it computes on the current one): S = Q·Kᵀ and O += P·V on
+// (cp.async, zero-filled past the end; decode keeps the next tiles' copies
+// in flight while it computes on the current one, tc_stages): S = Q·Kᵀ and O += P·V on
 // mma.m16n8k16 with float32 accumulators, online softmax in registers.
 // RowWarps = 4: each warp owns 16 rows and all 64 keys of a tile.
 // RowWarps = 1: the warps share 16 rows and take 16 keys of each tile each,
