@@ -17,9 +17,16 @@
 
 #include <cstdint>
 
+#include "kernels/host_device.h"
 #include "kernels/op_common.h"
 
 namespace lockstep {
+
+// The first key a token at `position` attends to under a sliding window of
+// `window` keys (0: no window): the CPU twin and the kernels share this rule.
+LS_HOST_DEVICE inline int64_t window_first_key(int64_t window, int64_t position) {
+  return window > 0 && position >= window ? position - window + 1 : 0;
+}
 
 struct KvCacheShape {
   int64_t num_slots = 0;
@@ -94,7 +101,7 @@ struct AttentionParams {
     LS_OP_REQUIRE(window >= 0, "attention", "window {} must be >= 0", window);
   }
   // The first position token t attends to, given its position.
-  int64_t first_key(int64_t position) const { return window > 0 && position >= window ? position - window + 1 : 0; }
+  int64_t first_key(int64_t position) const { return window_first_key(window, position); }
 };
 
 namespace cpu {

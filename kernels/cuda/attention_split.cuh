@@ -50,7 +50,7 @@ struct AttnArgs {
 
 // The first key a token at `position` attends to (AttentionParams::first_key).
 __device__ inline int64_t first_key(const AttnArgs& a, int64_t position) {
-  return a.window > 0 && position >= a.window ? position - a.window + 1 : 0;
+  return window_first_key(a.window, position);
 }
 
 // Called by every thread of a split block once its partial results are
