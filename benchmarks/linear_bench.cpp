@@ -17,13 +17,16 @@
 // With --tp N it times the plain shapes as one of N tensor-parallel ranks
 // holds them (column-parallel qkv, gate_up and lm_head split their outputs,
 // row-parallel o_proj and down their inputs).
-// Run: build/linear_bench [iterations] [--algos | --tp N]
+// With --alternating it times the four layer products at 8, 32 and 64 rows
+// as the step alternates them, against the sum of each back to back.
+// Run: build/linear_bench [iterations] [--algos | --alternating | --tp N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -226,11 +229,45 @@ void bench_shape(const Shape& s, lockstep::cuda::LinearContext& ctx, cudaStream_
   }
 }
 
+// The four plain layer products at `rows` rows, alternating as a decode
+// step runs them (qkv, o_proj, gate_up, down, each on its next weight copy),
+// against each one replayed back to back as the table above times them:
+// whether cuBLASLt's products run slower when they follow each other's
+// shapes than when they follow their own.
+void bench_alternating(lockstep::cuda::LinearContext& ctx, cudaStream_t stream, int iters, int64_t rows,
+                       std::mt19937& rng) {
+  std::vector<std::unique_ptr<ShapeBuffers>> buffers;
+  std::vector<lockstep::LinearParams> params;
+  double alone = 0.0;
+  for (int i = 0; i < 4; ++i) {
+    buffers.push_back(std::make_unique<ShapeBuffers>(kShapes[i], rng));
+    params.push_back(shape_params(kShapes[i], *buffers.back(), rows));
+    lockstep::cuda::linear(params.back(), ctx, stream);  // plans made outside the capture
+    const auto& w = buffers.back()->weights;
+    lockstep::LinearParams& p = params.back();
+    alone += lockstep::bench::graphed_us(stream, std::max<int>(static_cast<int>(w.size()), 8), iters, [&](int k) {
+      p.weight = w[static_cast<size_t>(k) % w.size()];
+      lockstep::cuda::linear(p, ctx, stream);
+    });
+  }
+  LS_CHECK_CUDA(cudaStreamSynchronize(stream));
+  const double mixed = lockstep::bench::graphed_us(stream, 24, iters, [&](int k) {
+    for (int i = 0; i < 4; ++i) {
+      const auto& w = buffers[static_cast<size_t>(i)]->weights;
+      params[static_cast<size_t>(i)].weight = w[static_cast<size_t>(k) % w.size()];
+      lockstep::cuda::linear(params[static_cast<size_t>(i)], ctx, stream);
+    }
+  });
+  std::printf("%lld rows: qkv + o_proj + gate_up + down alternating %.2f us a layer, each back to back %.2f\n",
+              static_cast<long long>(rows), mixed, alone);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 50;
   const bool algos = argc > 2 && std::string(argv[2]) == "--algos";
+  const bool alternating = argc > 2 && std::string(argv[2]) == "--alternating";
   const int64_t tp = argc > 3 && std::string(argv[2]) == "--tp" ? std::atoll(argv[3]) : 1;
   cudaStream_t stream;
   LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -240,6 +277,10 @@ int main(int argc, char** argv) {
   std::printf("copy bandwidth %.0f GB/s\n", copy);
   if (algos) {
     sweep_algorithms(ctx, stream, iters, copy, rng);
+    return 0;
+  }
+  if (alternating) {
+    for (int64_t rows : {8, 32, 64}) bench_alternating(ctx, stream, iters, rows, rng);
     return 0;
   }
   std::printf("%-18s %5s %10s %10s %8s%s\n", "layer", "rows", "us", "GB/s", "%copy",
