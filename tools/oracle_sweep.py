@@ -218,6 +218,17 @@ def lockstep_runs(exe, root, meta, case, tp_sizes):
     return runs
 
 
+def tolerance(dtype):
+    """Max |error| / std of the oracle's logits: 1e-3 in float32; 0.1 otherwise
+    (auto on CUDA is 16-bit, also for a float32 checkpoint)."""
+    return 1e-3 if dtype == "float32" else 0.1
+
+
+def relative_error(got, ref, scale):
+    """Max |got - ref| in units of `scale` (the std of the oracle's logits)."""
+    return float(np.abs(got - ref).max() / scale)
+
+
 def judge(root, meta, run_, rc):
     label, _, log, (kind, n, dtype, out) = run_
     name = meta["name"]
@@ -229,9 +240,8 @@ def judge(root, meta, run_, rc):
         got = np.load(out).astype(np.float64)
         if got.shape != ref.shape:
             return False, f"{name:26} {label:24} shape {got.shape} != oracle {ref.shape}"
-        err = float(np.abs(got - ref).max() / ref.std())
+        err, tol = relative_error(got, ref, ref.std()), tolerance(dtype)
         agree = float((got.argmax(1) == ref.argmax(1)).mean() * 100)
-        tol = 1e-3 if dtype == "float32" else 0.1  # auto on CUDA is 16-bit, also for a float32 checkpoint
         ok = err <= tol
         return ok, f"{name:26} {label:24} max|err|/std {err:.3g} (tol {tol:g}) argmax agree {agree:.1f}%"
     # The logits of every step up to the first id that differs (after it the
@@ -242,8 +252,7 @@ def judge(root, meta, run_, rc):
     same = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), NEW_TOKENS))
     ref = np.load(os.path.join(root, name, f"oracle_greedy{n}.npy"))
     rows = np.load(out).astype(np.float64)[: same + 1]
-    err = float(np.abs(rows - ref[: len(rows)]).max() / ref.std())
-    tol = 1e-3 if dtype == "float32" else 0.1
+    err, tol = relative_error(rows, ref[: len(rows)], ref.std()), tolerance(dtype)
     ok = err <= tol and (same == NEW_TOKENS or dtype != "float32" or not clear)
     judged = "judged" if clear and dtype == "float32" else "not judged: " + ("16-bit" if clear else "a near-tie")
     return ok, (f"{name:26} {label:24} max|err|/std {err:.3g} (tol {tol:g}) over {len(rows)} steps; greedy ids "
