@@ -18,7 +18,8 @@
 // holds them (column-parallel qkv, gate_up and lm_head split their outputs,
 // row-parallel o_proj and down their inputs).
 // With --alternating it times the four layer products at 8, 32 and 64 rows
-// as the step alternates them, against the sum of each back to back.
+// as the step alternates them, against the sum of each back to back, also
+// with the step's norm, rope and SiLU·mul kernels between them.
 // Run: build/linear_bench [iterations] [--algos | --alternating | --tp N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -29,6 +30,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "benchmarks/cuda_bench_support.h"
@@ -229,17 +231,18 @@ void bench_shape(const Shape& s, lockstep::cuda::LinearContext& ctx, cudaStream_
   }
 }
 
-// The four plain layer products at `rows` rows, alternating as a decode
-// step runs them (qkv, o_proj, gate_up, down, each on its next weight copy),
-// against each one replayed back to back as the table above times them:
-// whether cuBLASLt's products run slower when they follow each other's
-// shapes than when they follow their own.
-void bench_alternating(lockstep::cuda::LinearContext& ctx, cudaStream_t stream, int iters, int64_t rows,
-                       std::mt19937& rng) {
+// A layer's products at `rows` rows alternating as a decode step runs them
+// (each on its next weight copy): `shapes` indexes kShapes. Returns the
+// layer's microseconds alternating and the sum of each shape replayed back
+// to back. With the shapes that carry the norm, RoPE (and KV append) and
+// SiLU·mul stages, the layer also runs those kernels between the products
+// as the step does.
+std::pair<double, double> alternating_us(lockstep::cuda::LinearContext& ctx, cudaStream_t stream, int iters,
+                                         int64_t rows, const std::vector<int>& shapes, std::mt19937& rng) {
   std::vector<std::unique_ptr<ShapeBuffers>> buffers;
   std::vector<lockstep::LinearParams> params;
   double alone = 0.0;
-  for (int i = 0; i < 4; ++i) {
+  for (int i : shapes) {
     buffers.push_back(std::make_unique<ShapeBuffers>(kShapes[i], rng));
     params.push_back(shape_params(kShapes[i], *buffers.back(), rows));
     lockstep::cuda::linear(params.back(), ctx, stream);  // plans made outside the capture
@@ -252,14 +255,31 @@ void bench_alternating(lockstep::cuda::LinearContext& ctx, cudaStream_t stream, 
   }
   LS_CHECK_CUDA(cudaStreamSynchronize(stream));
   const double mixed = lockstep::bench::graphed_us(stream, 24, iters, [&](int k) {
-    for (int i = 0; i < 4; ++i) {
-      const auto& w = buffers[static_cast<size_t>(i)]->weights;
-      params[static_cast<size_t>(i)].weight = w[static_cast<size_t>(k) % w.size()];
-      lockstep::cuda::linear(params[static_cast<size_t>(i)], ctx, stream);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& w = buffers[i]->weights;
+      params[i].weight = w[static_cast<size_t>(k) % w.size()];
+      lockstep::cuda::linear(params[i], ctx, stream);
     }
   });
-  std::printf("%lld rows: qkv + o_proj + gate_up + down alternating %.2f us a layer, each back to back %.2f\n",
-              static_cast<long long>(rows), mixed, alone);
+  return {mixed, alone};
+}
+
+// The four layer products alternating, without and with the step's small
+// kernels between them, and those again under the device-wide preference for
+// shared memory over L1 (whether the SMs' L1/shared split changing between
+// the small kernels and the products costs time).
+void bench_alternating(lockstep::cuda::LinearContext& ctx, cudaStream_t stream, int iters, int64_t rows,
+                       std::mt19937& rng) {
+  const std::vector<int> plain = {0, 1, 2, 3};           // qkv, o_proj, gate_up, down
+  const std::vector<int> with_stages = {8, 1, 6, 3};     // + norm and rope, + norm and SiLU·mul
+  const auto [mixed, alone] = alternating_us(ctx, stream, iters, rows, plain, rng);
+  const auto [staged, staged_alone] = alternating_us(ctx, stream, iters, rows, with_stages, rng);
+  LS_CHECK_CUDA(cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
+  const auto [shared, shared_alone] = alternating_us(ctx, stream, iters, rows, with_stages, rng);
+  LS_CHECK_CUDA(cudaDeviceSetCacheConfig(cudaFuncCachePreferNone));
+  std::printf("%lld rows, us a layer (alternating / each back to back): products %.2f / %.2f; with the norms, "
+              "rope and SiLU·mul %.2f / %.2f; the same preferring shared memory %.2f / %.2f\n",
+              static_cast<long long>(rows), mixed, alone, staged, staged_alone, shared, shared_alone);
 }
 
 }  // namespace
