@@ -43,6 +43,31 @@ def short(name):
     return (name[:cut] if cut > 0 else name)[:64]
 
 
+def fold_layers(labels, durations, gaps):
+    """(label, count, us each, gap each) rows: the kernels before the first
+    layer and after the last alone, the layers' kernels folded by position
+    (the period between decode attention kernels); every kernel alone when
+    the step has fewer than two attention kernels."""
+    size = len(labels)
+    marks = [i for i, n in enumerate(labels) if "attention" in n and "merge" not in n]
+    if len(marks) < 2:
+        print("fewer than two attention kernels: no layers folded")
+        return [(labels[i], 1, durations[i], gaps[i]) for i in range(size)]
+    period = marks[1] - marks[0]
+    first = marks[0]
+    while first > 0 and first - 1 + period < size and labels[first - 1] == labels[first - 1 + period]:
+        first -= 1
+    layers = min(len(marks), (size - first) // period)
+    end = first + layers * period
+    print(f"{layers} layers of {period} kernels from kernel {first}")
+    rows = [(labels[i], 1, durations[i], gaps[i]) for i in range(first)]
+    for j in range(period):
+        idx = [first + j + period * n for n in range(layers)]
+        rows.append((labels[first + j], layers, statistics.mean(durations[i] for i in idx),
+                     statistics.mean(gaps[i] for i in idx)))
+    return rows + [(labels[i], 1, durations[i], gaps[i]) for i in range(end, size)]
+
+
 def main():
     args = sys.argv[1:]
     steps = 20
@@ -62,21 +87,8 @@ def main():
     labels = [short(names[k[2]]) for k in chosen[-1]]
     print(f"{len(chosen)} launches of {size} kernels; step (first start to last end) median "
           f"{statistics.median(step_ms):.3f} ms, min {min(step_ms):.3f}")
-    marks = [i for i, n in enumerate(labels) if "attention" in n and "merge" not in n]
-    period = marks[1] - marks[0] if len(marks) > 1 else size
-    first = marks[0] if marks else 0
-    while first > 0 and first - 1 + period < size and labels[first - 1] == labels[first - 1 + period]:
-        first -= 1
-    layers = min(len(marks), (size - first) // period)
-    end = first + layers * period
-    print(f"{layers} layers of {period} kernels from kernel {first}")
+    rows = fold_layers(labels, durations, gaps)
     print(f"{'kernel':66s} {'count':>5s} {'us each':>8s} {'gap each':>8s} {'total us':>9s}")
-    rows = [(labels[i], 1, durations[i], gaps[i]) for i in range(first)]
-    for j in range(period):
-        idx = [first + j + period * n for n in range(layers)]
-        rows.append((labels[first + j], layers, statistics.mean(durations[i] for i in idx),
-                     statistics.mean(gaps[i] for i in idx)))
-    rows += [(labels[i], 1, durations[i], gaps[i]) for i in range(end, size)]
     for label, n, d, gap in rows:
         print(f"{label:66s} {n:5d} {d:8.2f} {gap:8.2f} {n * (d + gap):9.1f}")
     print(f"sum of durations {sum(durations) / 1e3:.3f} ms, of gaps {sum(gaps) / 1e3:.3f} ms "
