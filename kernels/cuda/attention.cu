@@ -207,8 +207,7 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     last[i] = static_cast<int>(max(int64_t{-1}, min(int64_t{kTcKeys}, limit[i] - tile_pos)));
-    first[i] = window > 0 ? static_cast<int>(max(int64_t{0}, min(int64_t{kTcKeys}, limit[i] - window + 1 - tile_pos)))
-                          : 0;
+    first[i] = static_cast<int>(max(int64_t{0}, min(int64_t{kTcKeys}, window_first_key(window, limit[i]) - tile_pos)));
   }
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
