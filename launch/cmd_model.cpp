@@ -53,7 +53,8 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_option("--max-batch", c.engine.max_batch, "sequences at once (sizes the KV cache and the graphs)")
       ->capture_default_str();
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
-                  "KV cache length (default: the model's max_position_embeddings or sliding window, capped by memory)");
+                  "KV cache length (default: the model's max_position_embeddings, capped by memory; "
+                  "a sliding-window model also keeps every position)");
   cmd->add_option("--threads", c.engine.threads,
                   "host threads per rank: the CPU backend's ops and the weights' conversion as they load "
                   "(default: this host's cores divided by its ranks)");
