@@ -389,55 +389,60 @@ TEST_F(CudaOpTest, ArgmaxMatchesCpu) {
 }
 
 // next_tokens on the GPU against the CPU twin: candidates of three shares
-// (the last one padding) with ties across shares, feed back with a padding
-// row and the context cap, and two calls alternating the published slot.
+// (the last one padding) with ties across shares and a few NaNs, fewer and
+// more candidates a row than a warp has lanes (5 and 33 splits), feed back
+// with a padding row and the context cap, and two calls alternating the
+// published slot.
 TEST_F(CudaOpTest, NextTokensMatchesCpu) {
   std::mt19937 rng(7);
-  for (int64_t rows : odd_rows()) {
-    const int64_t shares = 3, splits = 5, share_cols = 1000, vocab = 2 * share_cols;
-    std::vector<float> candidates(static_cast<size_t>(shares * 2 * rows * splits));
-    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
-    std::uniform_int_distribution<int32_t> column(-1, 199);
-    for (int64_t s = 0; s < shares; ++s) {
-      float* block = candidates.data() + s * 2 * rows * splits;
-      for (int64_t i = 0; i < rows * splits; ++i) {
-        block[i] = std::round(value(rng) * 2.0f) / 2.0f;  // few distinct values: ties
-        const int32_t c = static_cast<int32_t>(i % splits) * 200 + column(rng);
-        std::memcpy(&block[rows * splits + i], &c, 4);
+  for (int64_t splits : {5, 33}) {
+    for (int64_t rows : odd_rows()) {
+      const int64_t shares = 3, share_cols = 200 * splits, vocab = 2 * share_cols;
+      std::vector<float> candidates(static_cast<size_t>(shares * 2 * rows * splits));
+      std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+      std::uniform_int_distribution<int32_t> column(-1, 199);
+      for (int64_t s = 0; s < shares; ++s) {
+        float* block = candidates.data() + s * 2 * rows * splits;
+        for (int64_t i = 0; i < rows * splits; ++i) {
+          block[i] = std::round(value(rng) * 2.0f) / 2.0f;  // few distinct values: ties
+          if (block[i] == 2.0f) block[i] = std::numeric_limits<float>::quiet_NaN();
+          const int32_t c = static_cast<int32_t>(i % splits) * 200 + column(rng);
+          std::memcpy(&block[rows * splits + i], &c, 4);
+        }
       }
+      std::vector<int32_t> slots(static_cast<size_t>(rows)), positions(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        slots[static_cast<size_t>(r)] = r % 5 == 4 ? 99 : static_cast<int32_t>(r);
+        positions[static_cast<size_t>(r)] = static_cast<int32_t>(r % 3 == 0 ? 63 : r);
+      }
+      std::vector<int32_t> tokens(static_cast<size_t>(rows), 0), zero{0};
+      DeviceArray d_candidates(candidates, DType::kF32), d_tokens(tokens), d_positions(positions), d_slots(slots),
+          d_published(2 * rows, DType::kF32), d_count(zero);
+      NextTokensParams p{.candidates = d_candidates.get(), .shares = shares, .splits = splits,
+                         .share_cols = share_cols, .vocab = vocab, .rows = rows, .tokens = d_tokens.ints(),
+                         .positions = d_positions.ints(), .slots = d_slots.ints(), .padding_slot = 99,
+                         .max_position = 63, .published = d_published.ints(), .published_stride = rows,
+                         .published_count = reinterpret_cast<uint32_t*>(d_count.ints())};
+      std::vector<int32_t> want_published(static_cast<size_t>(2 * rows), 0);
+      uint32_t want_count = 0;
+      NextTokensParams c = p;
+      c.candidates = candidates.data(), c.tokens = tokens.data(), c.positions = positions.data();
+      c.slots = slots.data(), c.published = want_published.data(), c.published_count = &want_count;
+      for (int call = 0; call < 2; ++call) {
+        cuda::next_tokens(p, stream_);
+        cpu::next_tokens(c);
+      }
+      sync();
+      auto ints = [&](const DeviceArray& a, int64_t n) {
+        std::vector<int32_t> v(static_cast<size_t>(n));
+        LS_CHECK_CUDA(cudaMemcpy(v.data(), a.get(), v.size() * 4, cudaMemcpyDeviceToHost));
+        return v;
+      };
+      EXPECT_EQ(ints(d_published, 2 * rows), want_published) << "rows " << rows << " splits " << splits;
+      EXPECT_EQ(ints(d_tokens, rows), tokens) << "rows " << rows << " splits " << splits;
+      EXPECT_EQ(ints(d_positions, rows), positions) << "rows " << rows << " splits " << splits;
+      EXPECT_EQ(static_cast<uint32_t>(ints(d_count, 1)[0]), want_count);
     }
-    std::vector<int32_t> slots(static_cast<size_t>(rows)), positions(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) {
-      slots[static_cast<size_t>(r)] = r % 5 == 4 ? 99 : static_cast<int32_t>(r);
-      positions[static_cast<size_t>(r)] = static_cast<int32_t>(r % 3 == 0 ? 63 : r);
-    }
-    std::vector<int32_t> tokens(static_cast<size_t>(rows), 0), zero{0};
-    DeviceArray d_candidates(candidates, DType::kF32), d_tokens(tokens), d_positions(positions), d_slots(slots),
-        d_published(2 * rows, DType::kF32), d_count(zero);
-    NextTokensParams p{.candidates = d_candidates.get(), .shares = shares, .splits = splits,
-                       .share_cols = share_cols, .vocab = vocab, .rows = rows, .tokens = d_tokens.ints(),
-                       .positions = d_positions.ints(), .slots = d_slots.ints(), .padding_slot = 99,
-                       .max_position = 63, .published = d_published.ints(), .published_stride = rows,
-                       .published_count = reinterpret_cast<uint32_t*>(d_count.ints())};
-    std::vector<int32_t> want_published(static_cast<size_t>(2 * rows), 0);
-    uint32_t want_count = 0;
-    NextTokensParams c = p;
-    c.candidates = candidates.data(), c.tokens = tokens.data(), c.positions = positions.data();
-    c.slots = slots.data(), c.published = want_published.data(), c.published_count = &want_count;
-    for (int call = 0; call < 2; ++call) {
-      cuda::next_tokens(p, stream_);
-      cpu::next_tokens(c);
-    }
-    sync();
-    auto ints = [&](const DeviceArray& a, int64_t n) {
-      std::vector<int32_t> v(static_cast<size_t>(n));
-      LS_CHECK_CUDA(cudaMemcpy(v.data(), a.get(), v.size() * 4, cudaMemcpyDeviceToHost));
-      return v;
-    };
-    EXPECT_EQ(ints(d_published, 2 * rows), want_published) << "rows " << rows;
-    EXPECT_EQ(ints(d_tokens, rows), tokens) << "rows " << rows;
-    EXPECT_EQ(ints(d_positions, rows), positions) << "rows " << rows;
-    EXPECT_EQ(static_cast<uint32_t>(ints(d_count, 1)[0]), want_count);
   }
 }
 
