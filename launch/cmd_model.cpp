@@ -94,11 +94,11 @@ struct StopOptions {
 // A prompt in text (--prompt or --prompt-file) goes through the model's
 // tokenizer.json (or --tokenizer); the output is then streamed as text.
 struct TextOptions {
-  std::string prompt;
+  std::optional<std::string> prompt;  // given, even empty: the tokenizer may still add its BOS
   std::string prompt_file;
   std::string tokenizer;
   bool no_special_tokens = false;  // else the tokenizer's post-processor adds its BOS (as HF's default)
-  bool text() const { return !prompt.empty() || !prompt_file.empty(); }
+  bool text() const { return prompt.has_value() || !prompt_file.empty(); }
 };
 
 std::string read_prompt_file(const std::string& path) {
@@ -110,7 +110,7 @@ std::string read_prompt_file(const std::string& path) {
 }
 
 std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions& t, GenerationRequest& request) {
-  int given = (!c.prompt_ids.empty()) + (!t.prompt.empty()) + (!t.prompt_file.empty());
+  int given = (!c.prompt_ids.empty()) + t.prompt.has_value() + (!t.prompt_file.empty());
   LS_REQUIRE(given == 1, ErrorKind::kInvalidArgument, "give exactly one of --prompt-ids, --prompt, --prompt-file");
   if (!t.text()) {
     request.prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
@@ -118,7 +118,7 @@ std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions&
   }
   Tokenizer tokenizer = Tokenizer::load(t.tokenizer.empty() ? c.engine.model_dir / "tokenizer.json"
                                                             : std::filesystem::path(t.tokenizer));
-  request.prompt = tokenizer.encode(t.prompt.empty() ? read_prompt_file(t.prompt_file) : t.prompt);
+  request.prompt = tokenizer.encode(t.prompt ? *t.prompt : read_prompt_file(t.prompt_file));
   if (!t.no_special_tokens) request.prompt = tokenizer.with_special_tokens(request.prompt);
   return tokenizer;
 }

@@ -154,6 +154,10 @@ TEST_F(Cli, PromptSourcesAreExclusive) {
   expect_clean_failure(generate(model, "--prompt-ids 1 --prompt hi"), {"exactly one"});
   expect_clean_failure(generate(model, "--max-new-tokens 2"), {"exactly one"});
   expect_clean_failure(generate(model, "--prompt-file " + (dir_ / "none.txt").string()), {"none.txt"});
+  // An empty --prompt is given (a tokenizer with a BOS would make it one
+  // token); this one adds none, so the prompt is empty, not missing.
+  expect_clean_failure(generate(model, "--prompt '' --max-new-tokens 2"), {"prompt is empty"});
+  expect_clean_failure(generate(model, "--prompt '' --prompt-ids 1"), {"exactly one"});
 }
 
 TEST_F(Cli, MissingModelFolder) {
@@ -217,7 +221,8 @@ TEST_F(Cli, SlidingWindowRunsPastTheWindow) {
 }
 
 // --prompt puts the tokenizer's post-processor tokens (here a BOS) around the
-// text unless --no-special-tokens: the same tokens as --prompt-ids with them.
+// text unless --no-special-tokens: the same tokens as --prompt-ids with them
+// (an empty text too).
 TEST_F(Cli, TextPromptGetsThePostProcessorsBos) {
   auto model = make_model("m");
   const auto tok_path = model / "tokenizer.json";
@@ -250,6 +255,11 @@ TEST_F(Cli, TextPromptGetsThePostProcessorsBos) {
   ASSERT_EQ(by_text.exit_code, 0) << by_text.err;
   EXPECT_EQ(by_text.out, as_text(with_bos.out));
   EXPECT_EQ(raw.out, as_text(without_bos.out));
+  // An empty text is the BOS alone, as Hugging Face encodes "" with add_special_tokens=True.
+  CommandResult bos_only = generate(model, std::string("--prompt-ids ").append(std::to_string(bos)).append(args));
+  CommandResult empty_text = generate(model, std::string("--prompt ''").append(args));
+  ASSERT_EQ(empty_text.exit_code, 0) << empty_text.err;
+  EXPECT_EQ(empty_text.out, as_text(bos_only.out));
 }
 
 TEST_F(Cli, ThreadsAreCheckedAndDoNotChangeTheTokens) {
