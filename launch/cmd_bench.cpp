@@ -247,6 +247,7 @@ std::vector<int64_t> parse_batches(const std::string& s) {
 int run_bench(BenchConfig& b) {
   const std::vector<int64_t> batches = parse_batches(b.batches);
   b.sampling.validate();
+  if (world().rank == 0 && !b.json.empty()) require_output_path(b.json, "--json");  // rank 0 writes it
   b.engine.max_batch = *std::max_element(batches.begin(), batches.end());
   b.engine.max_seq_len = std::max(b.ctx + b.steps, b.prefill + 1);
   b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
@@ -278,7 +279,11 @@ int run_bench(BenchConfig& b) {
                              d["graph_ms_per_step"].get<double>(), d["graph_synced_ms_per_step"].get<double>(),
                              d["graph_queued_ms_per_step"].get<double>(), d["gb_per_s"].get<double>(),
                              d["pct_of_copy"].get<double>(), d["collective_ms_per_step"].get<double>());
-  if (!b.json.empty()) std::ofstream(b.json) << report.dump(2) << "\n";
+  if (!b.json.empty()) {
+    std::ofstream out(b.json);
+    out << report.dump(2) << "\n";
+    LS_REQUIRE(out.good(), ErrorKind::kIo, "cannot write {}", b.json);
+  }
   return 0;
 }
 

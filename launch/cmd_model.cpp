@@ -128,6 +128,7 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   c.engine.collective_timeout_s = world().collective_timeout_s;
   std::optional<Tokenizer> tokenizer = load_prompt(c, text, request);
   request.sampling.validate();
+  if (world().rank == 0 && !c.dump_logits.empty()) require_output_path(c.dump_logits, "--dump-logits");
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
   if (!stop.ids.empty()) request.stop_ids = parse_id_list(stop.ids, "--stop-ids");
@@ -155,6 +156,7 @@ int run_score(ModelRunConfig& c) {
   c.engine.diag = Diagnostics::parse(c.diag);
   c.engine.collective_timeout_s = world().collective_timeout_s;
   std::vector<int32_t> prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
+  if (world().rank == 0) require_output_path(c.dump_logits, "--dump-logits");
   log_start("score", c);
   Engine engine(c.engine, *world().comm);
   Generator generator(engine.group());

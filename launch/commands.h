@@ -5,10 +5,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
+#include <filesystem>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "common/error.h"
 
 namespace lockstep::cli {
 
@@ -19,6 +24,19 @@ struct CommandTable {
   std::vector<std::pair<CLI::App*, CommandRun>> entries;
   void add(CLI::App* app, CommandRun run) { entries.emplace_back(app, std::move(run)); }
 };
+
+// Fails before any work when `option`'s output file could not be written
+// (its folder missing or read-only, or the path a folder), rather than after
+// a run whose result would then be lost.
+inline void require_output_path(const std::string& path, const char* option) {
+  namespace fs = std::filesystem;
+  const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  LS_REQUIRE(fs::is_directory(folder), ErrorKind::kInvalidArgument, "{} {}: folder {} does not exist", option, path,
+             folder.string());
+  LS_REQUIRE(!fs::is_directory(path), ErrorKind::kInvalidArgument, "{} {}: is a folder", option, path);
+  LS_REQUIRE(::access(folder.c_str(), W_OK) == 0, ErrorKind::kInvalidArgument, "{} {}: folder {} is not writable",
+             option, path, folder.string());
+}
 
 void add_model_commands(CLI::App& root, CommandTable& table);     // generate, score, bench
 void add_bench_command(CLI::App& root, CommandTable& table);       // bench

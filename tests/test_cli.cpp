@@ -160,6 +160,22 @@ TEST_F(Cli, PromptSourcesAreExclusive) {
   expect_clean_failure(generate(model, "--prompt '' --prompt-ids 1"), {"exactly one"});
 }
 
+// An output file that could not be written is refused before the run, not
+// after it: nothing generated, the folder named.
+TEST_F(Cli, OutputPathsAreCheckedBeforeTheRun) {
+  auto model = make_model("m");
+  const std::string missing = (dir_ / "no_such_folder" / "x.npy").string();
+  CommandResult g = generate(model, "--prompt-ids 1,2 --max-new-tokens 2 --dump-logits " + missing);
+  expect_clean_failure(g, {"--dump-logits", "no_such_folder", "does not exist"});
+  EXPECT_EQ(g.out, "");
+  expect_clean_failure(run(lockstep("score --backend cpu --model " + model.string() + " --prompt-ids 1,2 "
+                                    "--dump-logits " + dir_.string()), dir_ / "score"),
+                       {"--dump-logits", "is a folder"});
+  expect_clean_failure(run(lockstep("bench --backend cpu --preset tiny --batch 1 --ctx 8 --prefill 16 --steps 6 "
+                                    "--json " + (dir_ / "no_such_folder" / "b.json").string()), dir_ / "bench"),
+                       {"--json", "does not exist"});
+}
+
 TEST_F(Cli, MissingModelFolder) {
   expect_clean_failure(generate(dir_ / "nope", "--prompt-ids 1"), {"model folder not found", "nope"});
 }
