@@ -70,8 +70,10 @@ bool get_bool_or(const json& j, const char* key, bool fallback) {
 
 Arch parse_architecture(const json& j) {
   auto it = j.find("architectures");
-  if (it == j.end() || !it->is_array() || it->empty() || !(*it)[0].is_string())
-    config_error("missing 'architectures' (expected e.g. [\"LlamaForCausalLM\"])");
+  if (it == j.end() || it->is_null()) config_error("missing 'architectures' (expected e.g. [\"LlamaForCausalLM\"])");
+  if (!it->is_array() || it->empty() || !(*it)[0].is_string())
+    config_error(fmt::format("'architectures' must be a list of class names (e.g. [\"LlamaForCausalLM\"]), got {}",
+                             it->dump()));
   std::string name = (*it)[0].get<std::string>();
   for (const auto& e : kArchs)
     if (name == e.hf_class) return e.arch;
@@ -159,7 +161,7 @@ RopeConfig parse_rope(const json& j, int64_t max_positions) {
   if (typed != nullptr)
     parse_rope_scaling(j, *typed, params != nullptr ? " in rope_parameters" : " in rope_scaling", max_positions, rope);
   if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null() &&
-      j["partial_rotary_factor"].get<double>() != 1.0)
+      get_number(j, "partial_rotary_factor", "") != 1.0)
     config_error("unsupported partial_rotary_factor (only 1.0)");
   return rope;
 }
@@ -215,13 +217,16 @@ void parse_sliding_window(const json& j, ModelConfig& c) {
 std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
   std::vector<int32_t> ids;
   if (v.is_null()) return ids;
+  const auto take = [&](const json& e) {
+    if (!e.is_number_integer()) config_error(fmt::format("'{}' must hold integers", key));
+    const auto id = e.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) config_error(fmt::format("{} {} outside the vocabulary", key, e.dump()));
+    ids.push_back(static_cast<int32_t>(id));
+  };
   if (v.is_number_integer()) {
-    ids.push_back(v.get<int32_t>());
+    take(v);
   } else if (v.is_array()) {
-    for (const auto& e : v) {
-      if (!e.is_number_integer()) config_error(fmt::format("'{}' must hold integers", key));
-      ids.push_back(e.get<int32_t>());
-    }
+    for (const auto& e : v) take(e);
   } else {
     config_error(fmt::format("'{}' must be an integer or a list of integers", key));
   }
@@ -277,9 +282,12 @@ ModelConfig parse_model_config(const json& j) {
   else if (auto it2 = j.find("torch_dtype"); it2 != j.end() && it2->is_string()) dt = &*it2;
   c.dtype = dt != nullptr ? parse_dtype_name(dt->get<std::string>()) : DType::kF32;
   if (j.contains("eos_token_id")) c.eos_token_ids = parse_token_ids(j["eos_token_id"], "eos_token_id");
-  if (j.contains("bos_token_id")) {
-    auto bos = parse_token_ids(j["bos_token_id"], "bos_token_id");
-    if (!bos.empty()) c.bos_token_id = bos[0];
+  // Informational only (the tokenizer's post-processor adds the BOS): a value
+  // that is not an id (some configs write -1) is left out, not refused.
+  if (auto it = j.find("bos_token_id"); it != j.end()) {
+    const json& bos = it->is_array() && !it->empty() ? (*it)[0] : *it;
+    if (bos.is_number_integer() && bos.get<int64_t>() >= 0 && bos.get<int64_t>() <= INT32_MAX)
+      c.bos_token_id = bos.get<int32_t>();
   }
   c.validate();
   return c;

@@ -109,6 +109,29 @@ TEST(Config, RefusesUnsupportedThingsByName) {
   j = llama_classic();
   j["eos_token_id"] = 384;
   refuse(j, {"eos_token_id", "384"});
+  // Wrong types and ranges are named, not thrown as a JSON library error or wrapped.
+  j = llama_classic();
+  j["architectures"] = "LlamaForCausalLM";
+  refuse(j, {"'architectures' must be a list", "\"LlamaForCausalLM\""});
+  j = llama_classic();
+  j["partial_rotary_factor"] = "x";
+  refuse(j, {"partial_rotary_factor", "must be a number"});
+  j = llama_classic();
+  j["eos_token_id"] = {2, int64_t{5000000000}};
+  refuse(j, {"eos_token_id", "5000000000"});
+  j = llama_classic();
+  j["eos_token_id"] = -1;
+  refuse(j, {"eos_token_id", "-1"});
+}
+
+// bos_token_id is informational (the tokenizer adds the BOS): a value that is
+// not an id is left out rather than refused.
+TEST(Config, BosTokenIdIsInformational) {
+  json j = llama_classic();
+  j["bos_token_id"] = -1;
+  EXPECT_EQ(parse_model_config(j).bos_token_id, -1);
+  j["bos_token_id"] = {7};
+  EXPECT_EQ(parse_model_config(j).bos_token_id, 7);
 }
 
 // Sliding windows as transformers applies them: the window and the layers
