@@ -12,6 +12,7 @@
 
 #include "engine/config.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu_threads.h"
 #include "kernels/embedding.h"
 #include "kernels/linear.h"
@@ -115,6 +116,65 @@ TEST_P(OpSizes, LinearWith16BitWeightsEqualsFloat32Weights) {
     }
   }
   cpu::set_threads(before);
+}
+
+// The tiled products reuse each loaded vector across rows and features, but
+// every output must still be the one dot product's sums in its order: equal to
+// the bit to cpu::dot (what decode at batch 1 computes) on every instruction
+// set, so that batching and the CPU's vector width never change a result.
+TEST(DotTile, EqualsOneDotProductToTheBit) {
+  for (int64_t n : {1, 7, 8, 9, 19, 133, 1000}) {
+    const auto x = random_vector(4 * n, 40), w = random_vector(4 * n, 41);
+    const float* xs[4] = {x.data(), x.data() + n, x.data() + 2 * n, x.data() + 3 * n};
+    const float* ws[4] = {w.data(), w.data() + n, w.data() + 2 * n, w.data() + 3 * n};
+    const auto expect_dots = [&](const float* out, int rows, int cols, const char* which) {
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c)
+          EXPECT_EQ(out[r * cols + c], cpu::dot(xs[r], ws[c], n)) << which << " n=" << n << " r=" << r << " c=" << c;
+    };
+    float out[8];
+    cpu::dot_tile<2, 4>(xs, ws, n, out);
+    expect_dots(out, 2, 4, "dot_tile<2, 4>");
+    cpu::dot_tile<1, 1>(xs, ws, n, out);
+    expect_dots(out, 1, 1, "dot_tile<1, 1>");
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) {
+      cpu::dot_tile_avx2<2, 4>(xs, ws, n, out);
+      expect_dots(out, 2, 4, "dot_tile_avx2<2, 4>");
+    } else {
+      GTEST_LOG_(INFO) << "no AVX2 here: its tiles are not tested";
+    }
+#endif
+  }
+}
+
+// The product's tiles cover any number of rows and features (short tiles
+// repeat a row and drop its outputs): every y equals its own dot product plus
+// bias, for 16-bit weights too, with a row stride.
+TEST(LinearTiles, EveryOutputIsItsOwnDotProduct) {
+  const int64_t in = 37, stride = 41;
+  for (int64_t rows : {1, 2, 3, 5}) {
+    for (int64_t out_f : {1, 2, 3, 4, 5, 9}) {
+      const auto x = random_vector(rows * stride, 42), w = random_vector(out_f * in, 43), b = random_vector(out_f, 44);
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+        std::vector<uint16_t> w16(w.size());
+        std::vector<float> w32 = w;  // the weights' values in dt, as float32
+        if (dt != DType::kF32) {
+          convert_from_f32(w.data(), w16.data(), dt, w.size());
+          convert_to_f32(w16.data(), dt, w32.data(), w.size());
+        }
+        std::vector<float> y(rows * out_f, NAN);
+        cpu::linear(LinearParams{.x = x.data(), .weight = dt == DType::kF32 ? static_cast<const void*>(w.data())
+                                                                            : w16.data(),
+                                 .bias = b.data(), .y = y.data(), .rows = rows, .in_features = in,
+                                 .out_features = out_f, .x_stride = stride, .weight_dtype = dt});
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t o = 0; o < out_f; ++o)
+            ASSERT_EQ(y[r * out_f + o], cpu::dot(x.data() + r * stride, w32.data() + o * in, in) + b[o])
+                << dtype_name(dt) << " rows=" << rows << " out=" << out_f << " r=" << r << " o=" << o;
+      }
+    }
+  }
 }
 
 TEST_P(OpSizes, SiluMul) {
