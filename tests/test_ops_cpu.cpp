@@ -135,12 +135,14 @@ TEST(DotTile, EqualsOneDotProductToTheBit) {
     float out[8];
     cpu::dot_tile<2, 4>(xs, ws, n, out);
     expect_dots(out, 2, 4, "dot_tile<2, 4>");
-    cpu::dot_tile<1, 1>(xs, ws, n, out);
-    expect_dots(out, 1, 1, "dot_tile<1, 1>");
+    cpu::dot_tile<1, 4>(xs, ws, n, out);  // attention's scores: a query against four keys
+    expect_dots(out, 1, 4, "dot_tile<1, 4>");
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx2")) {
       cpu::dot_tile_avx2<2, 4>(xs, ws, n, out);
       expect_dots(out, 2, 4, "dot_tile_avx2<2, 4>");
+      cpu::dot_tile_avx2<1, 4>(xs, ws, n, out);
+      expect_dots(out, 1, 4, "dot_tile_avx2<1, 4>");
     } else {
       GTEST_LOG_(INFO) << "no AVX2 here: its tiles are not tested";
     }

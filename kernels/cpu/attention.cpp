@@ -16,6 +16,33 @@ void check_token(const KvCacheShape& c, int32_t slot, int32_t position) {
                 position, c.max_seq);
 }
 
+// acc[d] += e * v[d]: each element its own sum, so the AVX2 clone's four
+// lanes give the same bits as one at a time (no FMA in either).
+__attribute__((target_clones("avx2", "default"))) void add_weighted(double* acc, double e, const float* v,
+                                                                    int64_t n) {
+  for (int64_t d = 0; d < n; ++d) acc[d] += e * static_cast<double>(v[d]);
+}
+
+// scores[j] = q · key j * scale for keys [first, len), four keys a dot_tile
+// (cpu::dot's sums, each); returns their maximum.
+float scaled_scores(const AttentionParams& p, const float* q, int32_t slot, int64_t kv_head, int64_t first,
+                    int64_t len, float* scores) {
+  const KvCacheShape& c = p.cache;
+  const auto* kc = static_cast<const float*>(p.k_cache);
+  float max_score = -INFINITY;
+  for (int64_t j = first; j < len; j += 4) {
+    const float* keys[4];
+    for (int64_t k = 0; k < 4; ++k) keys[k] = kc + c.offset(slot, std::min(j + k, len - 1), kv_head);
+    float dots[4];
+    dot_tile_fastest<1, 4>(&q, keys, c.head_dim, dots);
+    for (int64_t k = 0; k < std::min<int64_t>(4, len - j); ++k) {
+      scores[j + k] = dots[k] * p.scale;
+      max_score = std::max(max_score, scores[j + k]);
+    }
+  }
+  return max_score;
+}
+
 }  // namespace
 
 void kv_append(const KvAppendParams& p) {
@@ -42,7 +69,6 @@ void attention(const AttentionParams& p) {
   const KvCacheShape& c = p.cache;
   const int64_t group = p.num_heads / c.num_kv_heads;
   const auto* qkv = static_cast<const float*>(p.qkv);
-  const auto* kc = static_cast<const float*>(p.k_cache);
   const auto* vc = static_cast<const float*>(p.v_cache);
   auto* out = static_cast<float*>(p.out);
   for (int64_t t = 0; t < p.tokens; ++t) check_token(c, p.slots[t], p.positions[t]);
@@ -57,19 +83,13 @@ void attention(const AttentionParams& p) {
       const int64_t first = p.first_key(p.positions[t]), len = p.positions[t] + 1;
       const float* q = qkv + t * p.qkv_stride() + h * c.head_dim;
       const int64_t kvh = h / group;
-      float max_score = -INFINITY;
-      for (int64_t j = first; j < len; ++j) {
-        float s = dot(q, kc + c.offset(p.slots[t], j, kvh), c.head_dim) * p.scale;
-        scores[j] = s;
-        max_score = std::max(max_score, s);
-      }
+      const float max_score = scaled_scores(p, q, p.slots[t], kvh, first, len, scores);
       double denom = 0.0;
       std::fill(acc, acc + c.head_dim, 0.0);
       for (int64_t j = first; j < len; ++j) {
         double e = std::exp(static_cast<double>(scores[j] - max_score));
         denom += e;
-        const float* v = vc + c.offset(p.slots[t], j, kvh);
-        for (int64_t d = 0; d < c.head_dim; ++d) acc[d] += e * v[d];
+        add_weighted(acc, e, vc + c.offset(p.slots[t], j, kvh), c.head_dim);
       }
       float* o = out + t * p.num_heads * c.head_dim + h * c.head_dim;
       for (int64_t d = 0; d < c.head_dim; ++d) o[d] = static_cast<float>(acc[d] / denom);

@@ -104,4 +104,23 @@ __attribute__((target("avx2"))) void dot_tile_avx2(const float* const* x, const 
 }
 #endif
 
+// Whether this CPU runs AVX2 (x86-64; false elsewhere), asked once.
+inline bool has_avx2() {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
+// dot_tile on the widest instruction set this CPU has: the same bits on any.
+template <int R, int C>
+inline void dot_tile_fastest(const float* const* x, const float* const* w, int64_t n, float* out) {
+#if defined(__x86_64__)
+  if (has_avx2()) return dot_tile_avx2<R, C>(x, w, n, out);
+#endif
+  dot_tile<R, C>(x, w, n, out);
+}
+
 }  // namespace lockstep::cpu

@@ -14,25 +14,6 @@ namespace {
 constexpr int kTileRows = 2;      // input rows of one tile
 constexpr int kTileFeatures = 4;  // output features (weight rows) of one tile
 
-bool has_avx2() {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-#else
-  return false;
-#endif
-}
-
-// out[r * 4 + f] = x[r] · w[f] for a tile of 2 rows and 4 features (dot_tile:
-// the same bits on either instruction set; the generic tile's 16 sums fit
-// NEON's 32 registers, and spill from SSE's 16 on an x86 without AVX2).
-void product_tile(const float* const* x, const float* const* w, int64_t n, float* out) {
-#if defined(__x86_64__)
-  if (has_avx2()) return dot_tile_avx2<kTileRows, kTileFeatures>(x, w, n, out);
-#endif
-  dot_tile<kTileRows, kTileFeatures>(x, w, n, out);
-}
-
 // y[r, f] = x_r · w_f + bias_f for every row r of x and the `features` (1-4)
 // weight rows w (padded to 4 with repeats), a tile at a time; a short last
 // tile repeats a row and drops its outputs.
@@ -42,7 +23,7 @@ void tile_products(const float* x, int64_t x_stride, int64_t rows, const float* 
     const float* xr[kTileRows];
     for (int i = 0; i < kTileRows; ++i) xr[i] = x + std::min(r + i, rows - 1) * x_stride;
     float out[kTileRows * kTileFeatures];
-    product_tile(xr, w, n, out);
+    dot_tile_fastest<kTileRows, kTileFeatures>(xr, w, n, out);
     for (int64_t i = 0; i < std::min<int64_t>(kTileRows, rows - r); ++i)
       for (int f = 0; f < features; ++f)
         y[(r + i) * y_stride + f] = out[i * kTileFeatures + f] + (bias != nullptr ? bias[f] : 0.0f);
