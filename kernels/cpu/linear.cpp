@@ -13,6 +13,7 @@ namespace {
 
 constexpr int kTileRows = 2;      // input rows of one tile
 constexpr int kTileFeatures = 4;  // output features (weight rows) of one tile
+constexpr int64_t kScratchPad = 16;  // floats between widened rows (below)
 
 // y[r, f] = x_r · w_f + bias_f for every row r of x and the `features` (1-4)
 // weight rows w (padded to 4 with repeats), a tile at a time; a short last
@@ -59,7 +60,11 @@ void tiled_products(const LinearParams& p) {
   [[maybe_unused]] const bool parallel = p.out_features * n * p.rows >= (int64_t{1} << 16);
 #pragma omp parallel if (parallel)
   {
-    float* widened = widens ? thread_scratch<float, kWidenedRow>(static_cast<size_t>(kTileFeatures * n)) : nullptr;
+    // Widened rows a pitch of 64 bytes more than a row apart, so that rows
+    // whose length is a multiple of 4 KB do not share cache sets (measured
+    // ~8% faster at 2048 features).
+    const int64_t pitch = n + kScratchPad;
+    float* widened = widens ? thread_scratch<float, kWidenedRow>(static_cast<size_t>(kTileFeatures * pitch)) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t block = 0; block < blocks; ++block) {
       const int64_t o0 = block * kTileFeatures;
@@ -68,8 +73,8 @@ void tiled_products(const LinearParams& p) {
       for (int f = 0; f < kTileFeatures; ++f) {
         const int source = std::min(f, features - 1);  // a short block repeats its last row
         const uint8_t* stored = w + (o0 + source) * row_bytes;
-        if (widens && f == source) convert_to_f32(stored, p.weight_dtype, widened + f * n, static_cast<size_t>(n));
-        wr[f] = widens ? widened + source * n : reinterpret_cast<const float*>(stored);
+        if (widens && f == source) convert_to_f32(stored, p.weight_dtype, widened + f * pitch, static_cast<size_t>(n));
+        wr[f] = widens ? widened + source * pitch : reinterpret_cast<const float*>(stored);
       }
       tile_products(x, p.x_row_stride(), p.rows, wr, features, n, bias != nullptr ? bias + o0 : nullptr, y + o0,
                     p.out_features);
@@ -86,8 +91,8 @@ void tiled_products(const LinearParams& p) {
 // One row against bf16 weights streams them once, widened as read; every
 // other product widens blocks of 4 weight rows to float32 (exactly) and runs
 // them against 2 input rows at a time, each loaded vector used 2 or 4 times
-// (measured on 2 cores of an EPYC with AVX2, bf16 2048 x 2048: 8 rows 1.55 ->
-// 0.70 ms, 128 rows 23 -> 8.8 ms; see benchmarks/RESULTS.md). The optional
+// (benchmarks/cpu_linear_bench, 2 EPYC cores with AVX2, bf16 2048 x 2048:
+// 2.1-2.6x faster at 8 to 128 rows; benchmarks/RESULTS.md). The optional
 // stages run as their own ops, before and after.
 void linear(const LinearParams& p) {
   p.validate();
