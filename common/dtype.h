@@ -35,7 +35,23 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
-float f16_to_float(uint16_t v);
+// Exact, without branches (loops over it vectorize): a subnormal's mantissa
+// is converted as an integer and scaled by 2^-24, so no subnormal float is
+// involved and the FPU's denormal modes cannot change the result; exponent
+// 31 (infinity, NaN) becomes float's 255 (31 + 112 + 112).
+inline float f16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  const uint32_t normal_bits = (exp + 112u + 112u * (exp == 31u)) << 23 | mant << 13;
+  const float subnormal = static_cast<float>(static_cast<int32_t>(mant)) * 0x1p-24f;
+  uint32_t subnormal_bits;
+  std::memcpy(&subnormal_bits, &subnormal, 4);
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exp == 0u);
+  const uint32_t bits = sign | (normal_bits & ~is_subnormal) | (subnormal_bits & is_subnormal);
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 uint16_t float_to_f16(float f);
 
 // Converts n elements of type `src_type` at `src` to float32.

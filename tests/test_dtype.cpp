@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/dtype.h"
@@ -17,6 +18,26 @@ TEST(DType, Bf16RoundTripAndRounding) {
   EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))),
             1.0f + std::ldexp(1.0f, -7));
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+// Every one of the 65536 f16 bit patterns against the format's definition:
+// (-1)^s * 2^(e-15) * (1 + m/1024), subnormals m * 2^-24, signed zeros, and
+// for e = 31 infinity or a NaN whose payload is kept.
+TEST(DType, F16ToFloatIsExactForEveryBitPattern) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const uint32_t sign = h >> 15, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    const float got = f16_to_float(static_cast<uint16_t>(h));
+    uint32_t got_bits;
+    std::memcpy(&got_bits, &got, 4);
+    ASSERT_EQ(got_bits >> 31, sign) << "h=" << h;
+    if (exp == 31) {
+      ASSERT_EQ(got_bits & 0x7fffffffu, 0x7f800000u | mant << 13) << "h=" << h;
+      continue;
+    }
+    const double magnitude = exp == 0 ? std::ldexp(static_cast<double>(mant), -24)
+                                      : std::ldexp(1.0 + mant / 1024.0, static_cast<int>(exp) - 15);
+    ASSERT_EQ(static_cast<double>(std::fabs(got)), magnitude) << "h=" << h;
+  }
 }
 
 TEST(DType, F16RoundTripNormalsSubnormalsAndOverflow) {

@@ -31,19 +31,25 @@ void tile_products(const float* x, int64_t x_stride, int64_t rows, const float* 
   }
 }
 
-// One row against bf16 weights, widened inside the dot product: one pass
-// over the weights, which bounds decode at batch 1 (measured 1.3x faster
-// than widening each row first; neither an AVX2 dot nor four weight rows read
-// at once was faster from DRAM).
-void one_row_bf16_products(const LinearParams& p) {
+// One row against float32 or bf16 weights (widened inside the dot product):
+// one sequential pass over the weights, which bounds decode at batch 1. A
+// tile reading four weight rows at once ran 1.1-2x slower from DRAM, and an
+// AVX2 dot no faster (bf16 was measured 1.3x faster widened in the dot than
+// a row at a time first). f16 goes through the tiles: F16C widens a row to
+// scratch 2.5x faster than a dot can widen it element by element.
+void one_row_products(const LinearParams& p) {
   const auto* x = static_cast<const float*>(p.x);
-  const auto* w = static_cast<const uint16_t*>(p.weight);
   const auto* bias = static_cast<const float*>(p.bias);
   auto* y = static_cast<float*>(p.y);
-  [[maybe_unused]] const bool parallel = p.out_features * p.in_features >= (int64_t{1} << 16);
+  const int64_t n = p.in_features;
+  const bool bf16 = p.weight_dtype == DType::kBF16;
+  [[maybe_unused]] const bool parallel = p.out_features * n >= (int64_t{1} << 16);
 #pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t o = 0; o < p.out_features; ++o)
-    y[o] = dot_bf16(x, w + o * p.in_features, p.in_features) + (bias != nullptr ? bias[o] : 0.0f);
+  for (int64_t o = 0; o < p.out_features; ++o) {
+    const float d = bf16 ? dot_bf16(x, static_cast<const uint16_t*>(p.weight) + o * n, n)
+                         : dot(x, static_cast<const float*>(p.weight) + o * n, n);
+    y[o] = d + (bias != nullptr ? bias[o] : 0.0f);
+  }
 }
 
 // Every other product: blocks of kTileFeatures weight rows (widened into
@@ -88,8 +94,8 @@ void tiled_products(const LinearParams& p) {
 // order), whatever the batch, thread count or instruction set, so results
 // never depend on them. Features are split over the CPU threads
 // (kernels/cpu_threads.h) when the product is large enough to pay for them.
-// One row against bf16 weights streams them once, widened as read; every
-// other product widens blocks of 4 weight rows to float32 (exactly) and runs
+// One row against float32 or bf16 weights streams them once; every other
+// product widens blocks of 4 weight rows to float32 (exactly) and runs
 // them against 2 input rows at a time, each loaded vector used 2 or 4 times
 // (benchmarks/cpu_linear_bench, 2 EPYC cores with AVX2, bf16 2048 x 2048:
 // 2.1-2.6x faster at 8 to 128 rows; benchmarks/RESULTS.md). The optional
@@ -98,8 +104,8 @@ void linear(const LinearParams& p) {
   p.validate();
   if (p.input_norm) rms_norm(*p.input_norm);
   require_f32(p.act_dtype, "linear");
-  if (p.weight_dtype == DType::kBF16 && p.rows == 1) {
-    one_row_bf16_products(p);
+  if (p.rows == 1 && p.weight_dtype != DType::kF16) {
+    one_row_products(p);
   } else {
     tiled_products(p);
   }
