@@ -1,9 +1,10 @@
-// The CPU backend's product (cpu::linear) on bf16 weights, on the threads
-// OpenMP gives it (OMP_NUM_THREADS).
+// The CPU backend's product (cpu::linear) on the threads OpenMP gives it
+// (OMP_NUM_THREADS).
 //
-//   cpu_linear_bench [IN_FEATURES OUT_FEATURES] [ROWS,ROWS,...]
+//   cpu_linear_bench [IN_FEATURES OUT_FEATURES [ROWS,ROWS,... [DTYPE]]]
 //
-// Defaults: 2048 x 2048 at rows 1,2,8,32,128. Prints the median of the runs
+// Defaults: 2048 x 2048 at rows 1,2,8,32,128, bf16 weights (DTYPE: bf16,
+// f16 or f32). Prints the median of the runs
 // that fit in ~0.5 s per row count (at least 5), in ms and GFLOP/s.
 #include <algorithm>
 #include <chrono>
@@ -42,14 +43,16 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> w32(static_cast<size_t>(in * out));
   for (float& v : w32) v = uniform(rng);
-  std::vector<uint16_t> w(w32.size());
-  convert_from_f32(w32.data(), w.data(), DType::kBF16, w.size());
-  std::printf("bf16 weights %lld x %lld\n", static_cast<long long>(out), static_cast<long long>(in));
+  const DType dtype = argc > 4 ? parse_dtype_name(argv[4]) : DType::kBF16;
+  std::vector<uint16_t> w16(dtype == DType::kF32 ? 0 : w32.size());
+  if (dtype != DType::kF32) convert_from_f32(w32.data(), w16.data(), dtype, w16.size());
+  const void* w = dtype == DType::kF32 ? static_cast<const void*>(w32.data()) : w16.data();
+  std::printf("%s weights %lld x %lld\n", dtype_name(dtype), static_cast<long long>(out), static_cast<long long>(in));
   for (int64_t rows : rows_list) {
     std::vector<float> x(static_cast<size_t>(rows * in)), y(static_cast<size_t>(rows * out));
     for (float& v : x) v = uniform(rng);
-    const LinearParams p{.x = x.data(), .weight = w.data(), .y = y.data(), .rows = rows, .in_features = in,
-                         .out_features = out, .weight_dtype = DType::kBF16};
+    const LinearParams p{.x = x.data(), .weight = w, .y = y.data(), .rows = rows, .in_features = in,
+                         .out_features = out, .weight_dtype = dtype};
     cpu::linear(p);  // warm-up: the weights' pages and the threads
     std::vector<double> ms;
     const Clock::time_point start = Clock::now();
