@@ -38,11 +38,13 @@ inline uint16_t float_to_bf16(float f) {
 // Exact, without branches (loops over it vectorize): a subnormal's mantissa
 // is converted as an integer and scaled by 2^-24, so no subnormal float is
 // involved and the FPU's denormal modes cannot change the result; exponent
-// 31 (infinity, NaN) becomes float's 255 (31 + 112 + 112).
+// 31 (infinity, NaN) becomes float's 255 (31 + 112 + 112), and a NaN comes
+// out quiet with its payload, as the F16C instruction converts it.
 inline float f16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  const uint32_t normal_bits = (exp + 112u + 112u * (exp == 31u)) << 23 | mant << 13;
+  const uint32_t quiet = static_cast<uint32_t>(exp == 31u && mant != 0u) << 22;
+  const uint32_t normal_bits = (exp + 112u + 112u * (exp == 31u)) << 23 | mant << 13 | quiet;
   const float subnormal = static_cast<float>(static_cast<int32_t>(mant)) * 0x1p-24f;
   uint32_t subnormal_bits;
   std::memcpy(&subnormal_bits, &subnormal, 4);
