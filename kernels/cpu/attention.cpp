@@ -18,8 +18,7 @@ void check_token(const KvCacheShape& c, int32_t slot, int32_t position) {
 
 // acc[d] += e * v[d]: each element its own sum, so the AVX2 clone's four
 // lanes give the same bits as one at a time (no FMA in either).
-__attribute__((target_clones("avx2", "default"))) void add_weighted(double* acc, double e, const float* v,
-                                                                    int64_t n) {
+LOCKSTEP_AVX2_CLONES void add_weighted(double* acc, double e, const float* v, int64_t n) {
   for (int64_t d = 0; d < n; ++d) acc[d] += e * static_cast<double>(v[d]);
 }
 

@@ -104,6 +104,14 @@ __attribute__((target("avx2"))) void dot_tile_avx2(const float* const* x, const 
 }
 #endif
 
+// Compiles a function twice, for AVX2 and the baseline, picked at load time
+// (x86-64; elsewhere the one baseline build).
+#if defined(__x86_64__)
+#define LOCKSTEP_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LOCKSTEP_AVX2_CLONES
+#endif
+
 // Whether this CPU runs AVX2 (x86-64; false elsewhere), asked once.
 inline bool has_avx2() {
 #if defined(__x86_64__)
