@@ -22,16 +22,17 @@ LOCKSTEP_AVX2_CLONES void add_weighted(double* acc, double e, const float* v, in
   for (int64_t d = 0; d < n; ++d) acc[d] += e * static_cast<double>(v[d]);
 }
 
-// scores[j] = q · key j * scale for keys [first, len), four keys a dot_tile
+// scores[j] = q · key j * scale over the keys token t attends to (its window
+// of its sequence's cache, kv head kv_head), four keys a dot_tile
 // (cpu::dot's sums, each); returns their maximum.
-float scaled_scores(const AttentionParams& p, const float* q, int32_t slot, int64_t kv_head, int64_t first,
-                    int64_t len, float* scores) {
+float scaled_scores(const AttentionParams& p, const float* q, int64_t t, int64_t kv_head, float* scores) {
   const KvCacheShape& c = p.cache;
   const auto* kc = static_cast<const float*>(p.k_cache);
+  const int64_t len = p.positions[t] + 1;
   float max_score = -INFINITY;
-  for (int64_t j = first; j < len; j += 4) {
+  for (int64_t j = p.first_key(p.positions[t]); j < len; j += 4) {
     const float* keys[4];
-    for (int64_t k = 0; k < 4; ++k) keys[k] = kc + c.offset(slot, std::min(j + k, len - 1), kv_head);
+    for (int64_t k = 0; k < 4; ++k) keys[k] = kc + c.offset(p.slots[t], std::min(j + k, len - 1), kv_head);
     float dots[4];
     dot_tile_fastest<1, 4>(&q, keys, c.head_dim, dots);
     for (int64_t k = 0; k < std::min<int64_t>(4, len - j); ++k) {
@@ -82,7 +83,7 @@ void attention(const AttentionParams& p) {
       const int64_t first = p.first_key(p.positions[t]), len = p.positions[t] + 1;
       const float* q = qkv + t * p.qkv_stride() + h * c.head_dim;
       const int64_t kvh = h / group;
-      const float max_score = scaled_scores(p, q, p.slots[t], kvh, first, len, scores);
+      const float max_score = scaled_scores(p, q, t, kvh, scores);
       double denom = 0.0;
       std::fill(acc, acc + c.head_dim, 0.0);
       for (int64_t j = first; j < len; ++j) {

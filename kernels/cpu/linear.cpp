@@ -15,19 +15,22 @@ constexpr int kTileRows = 2;      // input rows of one tile
 constexpr int kTileFeatures = 4;  // output features (weight rows) of one tile
 constexpr int64_t kScratchPad = 16;  // floats between widened rows (below)
 
-// y[r, f] = x_r · w_f + bias_f for every row r of x and the `features` (1-4)
-// weight rows w (padded to 4 with repeats), a tile at a time; a short last
-// tile repeats a row and drops its outputs.
-void tile_products(const float* x, int64_t x_stride, int64_t rows, const float* const* w, int features,
-                   int64_t n, const float* bias, float* y, int64_t y_stride) {
-  for (int64_t r = 0; r < rows; r += kTileRows) {
+// y[r, o0 + f] = x_r · w_f + bias for every row r of p's x and the
+// `features` (1-4) weight rows w from output feature o0 (padded to 4 with
+// repeats), a tile at a time; a short last tile repeats a row and drops its
+// outputs.
+void tile_products(const LinearParams& p, const float* const* w, int64_t o0, int features) {
+  const auto* x = static_cast<const float*>(p.x);
+  const auto* bias = static_cast<const float*>(p.bias);
+  auto* y = static_cast<float*>(p.y) + o0;
+  for (int64_t r = 0; r < p.rows; r += kTileRows) {
     const float* xr[kTileRows];
-    for (int i = 0; i < kTileRows; ++i) xr[i] = x + std::min(r + i, rows - 1) * x_stride;
+    for (int i = 0; i < kTileRows; ++i) xr[i] = x + std::min(r + i, p.rows - 1) * p.x_row_stride();
     float out[kTileRows * kTileFeatures];
-    dot_tile_fastest<kTileRows, kTileFeatures>(xr, w, n, out);
-    for (int64_t i = 0; i < std::min<int64_t>(kTileRows, rows - r); ++i)
+    dot_tile_fastest<kTileRows, kTileFeatures>(xr, w, p.in_features, out);
+    for (int64_t i = 0; i < std::min<int64_t>(kTileRows, p.rows - r); ++i)
       for (int f = 0; f < features; ++f)
-        y[(r + i) * y_stride + f] = out[i * kTileFeatures + f] + (bias != nullptr ? bias[f] : 0.0f);
+        y[(r + i) * p.out_features + f] = out[i * kTileFeatures + f] + (bias != nullptr ? bias[o0 + f] : 0.0f);
   }
 }
 
@@ -55,10 +58,7 @@ void one_row_products(const LinearParams& p) {
 // Every other product: blocks of kTileFeatures weight rows (widened into
 // float32 scratch if 16-bit, exactly) against all input rows, a tile at a time.
 void tiled_products(const LinearParams& p) {
-  const auto* x = static_cast<const float*>(p.x);
   const auto* w = static_cast<const uint8_t*>(p.weight);
-  const auto* bias = static_cast<const float*>(p.bias);
-  auto* y = static_cast<float*>(p.y);
   const int64_t n = p.in_features;
   const int64_t row_bytes = n * static_cast<int64_t>(dtype_size(p.weight_dtype));
   const bool widens = p.weight_dtype != DType::kF32;
@@ -82,8 +82,7 @@ void tiled_products(const LinearParams& p) {
         if (widens && f == source) convert_to_f32(stored, p.weight_dtype, widened + f * pitch, static_cast<size_t>(n));
         wr[f] = widens ? widened + source * pitch : reinterpret_cast<const float*>(stored);
       }
-      tile_products(x, p.x_row_stride(), p.rows, wr, features, n, bias != nullptr ? bias + o0 : nullptr, y + o0,
-                    p.out_features);
+      tile_products(p, wr, o0, features);
     }
   }
 }
