@@ -269,6 +269,8 @@ TEST(Tokenizer, RefusesUnsupportedTypesByName) {
   expect_refused([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; },
                  "add_prefix_space");
   expect_refused([](nlohmann::json& j) { j["pre_tokenizer"] = nullptr; }, "ByteLevel");
+  expect_refused([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Digits"}}); },
+                 "'Digits' after ByteLevel");
   expect_refused([](nlohmann::json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "WordPiece");
   // SentencePiece-style pieces only as a whole, and only with "▁".
   expect_refused([](nlohmann::json& j) { j["normalizer"] = {{"type", "Prepend"}, {"prepend", "▁"}}; }, "ByteLevel");
@@ -408,6 +410,75 @@ TEST(Tokenizer, PostProcessorTemplateAddsItsSpecialTokens) {
   const fs::path llama2 = real_tokenizer_dir() / "llama2" / "tokenizer.json";
   if (fs::exists(llama2)) {
     EXPECT_EQ(Tokenizer::load(llama2).with_special_tokens({22557}), (std::vector<int32_t>{1, 22557}));
+  }
+}
+
+// The Digits pre-tokenizer before a GPT-2 style ByteLevel (SmolLM's
+// tokenizer.json): Hugging Face cuts the text around every character that
+// Rust's char::is_numeric takes (categories Nd, Nl, No), one piece each or
+// one per run, and pre-tokenizes each piece on its own. The expectation is
+// built the same way here, with utf8proc's categories: the ids of each piece
+// from the same tokenizer without Digits. (transformers.js, whose Digits
+// takes ASCII digits only, agreed on every corpus file with ASCII digits
+// only; see tests/data/tokenizer/README.md.)
+Tokenizer gen4096_with_pre_tokenizer(const nlohmann::json& pre_tokenizer, const char* name) {
+  nlohmann::json j = nlohmann::json::parse(read_file(data_dir() / "fixtures" / "gen4096.json"));
+  j["pre_tokenizer"] = pre_tokenizer;
+  const fs::path path = temp_path(name);
+  std::ofstream(path) << j.dump();
+  Tokenizer tok = Tokenizer::load(path);
+  fs::remove(path);
+  return tok;
+}
+
+bool is_numeric(char32_t cp) {
+  const utf8proc_category_t c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+}
+
+// `text` cut before and after each numeric character (individual) or each run of them.
+std::vector<std::string> digit_pieces(const std::string& text, bool individual) {
+  std::vector<std::string> pieces;
+  bool last_numeric = false;
+  for (size_t i = 0; i < text.size();) {
+    const size_t begin = i;
+    const bool numeric = is_numeric(tok_detail::next_code_point(text, i));
+    if (pieces.empty() || numeric != last_numeric || (numeric && individual)) pieces.emplace_back();
+    pieces.back().append(text, begin, i - begin);
+    last_numeric = numeric;
+  }
+  return pieces;
+}
+
+TEST(Tokenizer, DigitsPreTokenizerIsolatesNumbers) {
+  const nlohmann::json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const Tokenizer plain = gen4096_with_pre_tokenizer(byte_level, "plain.json");
+  std::vector<std::string> texts = {"Hey 123 friend!", "3.14159e-10, 2024-12-05 x2 ²³ ½ Ⅻ ٣٤٥ ໑໒ 𝟙𝟚",
+                                    "a1<|end_of_text|>22b", "", "7",
+                                    // Two spaces before a number: a cut before it shows as "ĠĠ" (id 258).
+                                    "x  ٣٤ y  Ⅻ z  ½ w  𝟙"};
+  for (const char* name : {"numbers", "code_python", "english", "scripts", "special_tokens", "fuzz"})
+    texts.push_back(read_file(data_dir() / "corpus" / (std::string(name) + ".txt")));
+  for (bool individual : {true, false}) {
+    const nlohmann::json digits = {{"type", "Digits"}, {"individual_digits", individual}};
+    const Tokenizer tok = gen4096_with_pre_tokenizer(
+        {{"type", "Sequence"}, {"pretokenizers", {digits, byte_level}}}, individual ? "digits1.json" : "digits.json");
+    for (const std::string& text : texts) {
+      std::vector<int32_t> want;
+      for (const std::string& piece : digit_pieces(text, individual)) {
+        const std::vector<int32_t> ids = plain.encode(piece);
+        want.insert(want.end(), ids.begin(), ids.end());
+      }
+      EXPECT_EQ(tok.encode(text), want) << "individual_digits " << individual << ": " << text.substr(0, 40);
+      EXPECT_EQ(tok.decode(tok.encode(text)), text);
+    }
+    // The cut itself, seen through the ids (the fixture has the merges "Ġ Ġ" and "1 0"):
+    // unsplit "x", " ", " 1024"; cut "x", "  " and "1", "0", "2", "4" or "1024".
+    EXPECT_EQ(plain.encode("x  1024"), (std::vector<int32_t>{120, 32, 32, 334, 50, 52}));
+    const std::vector<int32_t> cut = individual ? std::vector<int32_t>{120, 258, 49, 48, 50, 52}
+                                                : std::vector<int32_t>{120, 258, 334, 50, 52};
+    EXPECT_EQ(tok.encode("x  1024"), cut);
   }
 }
 

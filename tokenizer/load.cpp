@@ -119,6 +119,11 @@ void parse_pre_tokenizer(const json& j, TokenizerImpl& impl, Pipeline& pipeline)
     pipeline.metaspace_pre_tokenizer = metaspace_scheme(j, true);
   } else if (type == "Split") {
     parse_split(j, impl);
+  } else if (type == "Digits") {
+    // Hugging Face splits on char::is_numeric (categories Nd, Nl, No): each
+    // numeric character its own piece, or each run of them one piece.
+    impl.splitters.push_back(
+        std::make_unique<tok_detail::RegexSplitter>(flag(j, "individual_digits", false) ? "\\p{N}" : "\\p{N}+"));
   } else if (type == "ByteLevel") {
     LS_REQUIRE(!flag(j, "add_prefix_space", true), ErrorKind::kModel,
                "tokenizer.json: ByteLevel pre-tokenizer with add_prefix_space true is not supported");

@@ -3,8 +3,10 @@
 // Supported: byte-level BPE as Llama-3, Qwen2 and Qwen3 ship it (model BPE
 // with merges as "a b" strings or ["a", "b"] pairs, ignore_merges;
 // normalizer null / NFC / Sequence[NFC]; pre-tokenizer Split(Regex|String,
-// Isolated, invert false) and ByteLevel (add_prefix_space false), alone or in
-// a Sequence; decoder ByteLevel or null), and SentencePiece-style BPE as
+// Isolated, invert false), Digits (each numeric character or each run of
+// them its own piece, as SmolLM ships it) and ByteLevel (add_prefix_space
+// false), alone or in a Sequence; decoder ByteLevel or null), and
+// SentencePiece-style BPE as
 // Llama 2 and Mistral ship it: BPE over characters with byte_fallback and
 // fuse_unk, spaces as "▁" either by the normalizer Prepend("▁") +
 // Replace(" ", "▁") with the decoder Replace("▁", " "), ByteFallback, Fuse,
@@ -17,7 +19,8 @@
 // Ids match Hugging Face tokenizers 0.23 (tests/test_tokenizer.cpp), including
 // its NFC with Unicode 9.0 tables. The Split regex runs on PCRE2 10.42, whose
 // \p{L}/\p{N} follow Unicode 14: letters and digits assigned later may split
-// differently from HF's Oniguruma. A Tokenizer is immutable after load();
+// differently from HF's Oniguruma (and, for Digits, from Rust's
+// char::is_numeric). A Tokenizer is immutable after load();
 // encode/decode may be called from several threads at once.
 #pragma once
 
