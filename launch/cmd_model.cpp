@@ -98,7 +98,8 @@ struct TextOptions {
   std::string prompt_file;
   std::string tokenizer;
   bool no_special_tokens = false;  // else the tokenizer's post-processor adds its BOS (as HF's default)
-  bool text() const { return prompt.has_value() || !prompt_file.empty(); }
+  ChatOptions chat;
+  bool text() const { return prompt.has_value() || !prompt_file.empty() || !chat.messages_file.empty(); }
 };
 
 std::string read_prompt_file(const std::string& path) {
@@ -109,16 +110,31 @@ std::string read_prompt_file(const std::string& path) {
   return s.str();
 }
 
+// The prompt's ids: --prompt-ids as given, text through the tokenizer (with
+// the post-processor's special tokens unless --no-special-tokens), or a
+// conversation through the chat template (which writes its own special
+// tokens, so none are added: transformers' apply_chat_template(tokenize=True)).
 std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions& t, GenerationRequest& request) {
-  int given = (!c.prompt_ids.empty()) + t.prompt.has_value() + (!t.prompt_file.empty());
-  LS_REQUIRE(given == 1, ErrorKind::kInvalidArgument, "give exactly one of --prompt-ids, --prompt, --prompt-file");
+  check_chat_options(t.chat);
+  int given = (!c.prompt_ids.empty()) + t.prompt.has_value() + (!t.prompt_file.empty()) + (!t.chat.messages_file.empty());
+  LS_REQUIRE(given == 1, ErrorKind::kInvalidArgument,
+             "give exactly one of --prompt-ids, --prompt, --prompt-file, --messages");
+  LS_REQUIRE(!t.chat.chat || t.text(), ErrorKind::kInvalidArgument, "--chat needs --prompt, --prompt-file or --messages");
   if (!t.text()) {
     request.prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
     return std::nullopt;
   }
   Tokenizer tokenizer = Tokenizer::load(t.tokenizer.empty() ? c.engine.model_dir / "tokenizer.json"
                                                             : std::filesystem::path(t.tokenizer));
-  request.prompt = tokenizer.encode(t.prompt ? *t.prompt : read_prompt_file(t.prompt_file));
+  std::optional<std::string> text = t.prompt;
+  if (!t.prompt_file.empty()) text = read_prompt_file(t.prompt_file);
+  if (t.chat.active()) {
+    const std::string rendered = render_chat(t.chat, c.engine.model_dir, text);
+    spdlog::debug("chat prompt: {}", rendered);
+    request.prompt = tokenizer.encode(rendered);
+    return tokenizer;
+  }
+  request.prompt = tokenizer.encode(*text);
   if (!t.no_special_tokens) request.prompt = tokenizer.with_special_tokens(request.prompt);
   return tokenizer;
 }
@@ -182,6 +198,7 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   g->add_flag("--no-special-tokens", text->no_special_tokens,
               "--prompt: no special tokens around the text (default: those of the tokenizer's post-processor, "
               "e.g. a BOS)");
+  add_chat_options(g, text->chat, true);
   g->add_flag("--sync-steps", gen->engine.sync_steps,
               "queue each decode step only once the last one's tokens are in (default: one step ahead)");
   g->add_option("--max-new-tokens", request->max_new_tokens, "tokens to generate")->capture_default_str();

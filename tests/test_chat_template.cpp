@@ -1,0 +1,226 @@
+// Chat templates: the rendering must equal Python jinja2's as transformers
+// sets it up (tests/data/chat/refs, written by tests/oracle/chat_template_refs.py
+// with jinja2 3.1.6), and what the Jinja subset lacks is refused by name.
+#include <gtest/gtest.h>
+
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "cli_support.h"
+#include "common/error.h"
+#include "test_support.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+fs::path chat_dir() { return fs::path(LOCKSTEP_SOURCE_DIR) / "tests" / "data" / "chat"; }
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Where scripts/fetch_tokenizers.sh put the real tokenizer_config.json files.
+fs::path real_dir(const std::string& name) {
+  const char* env = std::getenv("LOCKSTEP_TOKENIZER_DIR");
+  const fs::path base = env != nullptr && *env != '\0' ? fs::path(env) : fs::path(LOCKSTEP_SOURCE_DIR) / "build" / "tokenizers";
+  return base / name;
+}
+
+// The oracle's variants (chat_template_refs.py VARIANTS).
+ChatRenderOptions variant_options(const std::string& variant) {
+  ChatRenderOptions o;
+  o.add_generation_prompt = variant != "nogen";
+  if (variant == "nothink") o.variables["enable_thinking"] = false;
+  if (variant == "withtools")
+    o.variables["tools"] = ordered_json::parse(R"([{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  return o;
+}
+
+TEST(ChatTemplate, RendersAsPythonJinja2Does) {
+  int compared = 0;
+  for (const auto& dir : fs::directory_iterator(chat_dir() / "refs")) {
+    const std::string name = dir.path().filename().string();
+    const fs::path fixture = chat_dir() / "templates" / (name + ".jinja");
+    std::optional<ChatTemplate> chat_template;
+    if (fs::exists(fixture)) {
+      chat_template = ChatTemplate::from_source(read_all(fixture), {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+    } else if (fs::exists(real_dir(name) / "tokenizer_config.json")) {
+      chat_template = ChatTemplate::load(real_dir(name));
+    } else {
+      std::printf("[ info     ] %s: %s absent (scripts/fetch_tokenizers.sh), not compared\n", name.c_str(),
+                  real_dir(name).c_str());
+      continue;
+    }
+    for (const auto& ref : fs::directory_iterator(dir.path())) {
+      const std::string stem = ref.path().stem().string();  // conversation.variant
+      const std::string conversation = stem.substr(0, stem.find('.'));
+      const std::string variant = stem.substr(stem.find('.') + 1);
+      const ordered_json messages = read_messages_file(chat_dir() / "conversations" / (conversation + ".json"));
+      const std::string expected = read_all(ref.path());
+      ++compared;
+      if (expected.rfind("ERROR: ", 0) == 0) {
+        try {
+          chat_template->render(messages, variant_options(variant));
+          ADD_FAILURE() << name << "/" << stem << " rendered; jinja2 raised " << expected;
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+          EXPECT_NE(std::string(e.what()).find(expected.substr(7)), std::string::npos) << e.what();
+        }
+        continue;
+      }
+      EXPECT_EQ(chat_template->render(messages, variant_options(variant)), expected) << name << "/" << stem;
+    }
+  }
+  EXPECT_GE(compared, 4 * 24) << "the fixtures' refs are missing";
+}
+
+// A template error: kModel, one line, naming `needle`.
+void expect_template_error(const std::string& source, const std::string& needle, ErrorKind kind = ErrorKind::kModel) {
+  try {
+    const ChatTemplate t = ChatTemplate::from_source(source);
+    t.render(ordered_json::parse(R"([{"role": "user", "content": "hi"}])"));
+    ADD_FAILURE() << "rendered: " << source;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << source << " -> " << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+}
+
+TEST(ChatTemplate, RefusesWhatItCannotRenderByName) {
+  expect_template_error("{% include 'other.jinja' %}", "unsupported tag 'include'");
+  expect_template_error("{% raw %}x{% endraw %}", "unsupported tag 'raw'");
+  expect_template_error("{{ 'a b' | wordcount }}", "unsupported filter 'wordcount'");
+  expect_template_error("{{ 1 is escaped }}", "unsupported test 'escaped'");
+  expect_template_error("{% if true %}open", "missing '{% endif %}'");
+  expect_template_error("{% for m in messages %}", "endfor");
+  expect_template_error("{{ 'unclosed }}", "not closed");
+  expect_template_error("{{ 1 +* 2 }}", "line 1");
+  expect_template_error("\n\n{{ 'a' + 1 }}", "unsupported operand types for +: 'string' and 'integer' (line 3)");
+  expect_template_error("{{ nothing.attr }}", "'nothing' is undefined");
+  expect_template_error("{{ messages[5].content }}", "is undefined");
+  expect_template_error("{% set x = 1 %}{% set x.y = 2 %}", "not a namespace");
+  expect_template_error("{% for x in 5 %}{% endfor %}", "not iterable");
+  expect_template_error("{{ 1 // 0 }}", "division by zero");
+  expect_template_error("{{ raise_exception('no system role, please') }}", "no system role, please",
+                        ErrorKind::kInvalidArgument);
+}
+
+TEST(ChatTemplate, StrftimeNowIsTheLocalDate) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  const ChatTemplate t = ChatTemplate::from_source("{{ strftime_now('%Y') }}");
+  const std::string year = t.render(ordered_json::array());
+  EXPECT_TRUE(year == std::to_string(1900 + local.tm_year) || year == std::to_string(1901 + local.tm_year)) << year;
+}
+
+TEST(ChatTemplate, LoadsFromTheModelFolder) {
+  const fs::path dir = fs::temp_directory_path() / ("lockstep_chat_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const ordered_json messages = ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  try {
+    ChatTemplate::load(dir);
+    ADD_FAILURE() << "a folder without a template loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--chat-template"), std::string::npos) << e.what();
+  }
+  // tokenizer_config.json: a string, or the entry named "default" of a list; AddedToken objects for tokens.
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": {"content": "<B>", "lstrip": false}, "eos_token": "<E>",
+            "chat_template": [{"name": "tool_use", "template": "tools"},
+                              {"name": "default", "template": "{{ bos_token }}{{ messages[0].content }}{{ eos_token }}"}]})";
+  EXPECT_EQ(ChatTemplate::load(dir).render(messages), "<B>hi<E>");
+  // chat_template.jinja (what newer transformers saves) comes first.
+  std::ofstream(dir / "chat_template.jinja") << "[{{ messages | length }}]{{ bos_token }}\n";
+  EXPECT_EQ(ChatTemplate::load(dir).render(messages), "[1]<B>");
+  std::ofstream(dir / "mine.jinja") << "{{ eos_token }}{{ add_generation_prompt }}";
+  ChatRenderOptions no_prompt;
+  no_prompt.add_generation_prompt = false;
+  EXPECT_EQ(ChatTemplate::load_file(dir / "mine.jinja", dir).render(messages, no_prompt), "<E>False");
+  fs::remove(dir / "chat_template.jinja");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": 7})";
+  EXPECT_THROW(ChatTemplate::load(dir), Error);
+  std::ofstream(dir / "tokenizer_config.json") << "{not json";
+  EXPECT_THROW(ChatTemplate::load(dir), Error);
+  fs::remove_all(dir);
+}
+
+class ChatCli : public TempDirTest {};
+
+TEST_F(ChatCli, GenerateWithChatTokenizesTheRenderedConversation) {
+  using namespace testing_cli;
+  const fs::path model = dir_ / "m";
+  ASSERT_EQ(run(lockstep("make-model --arch qwen3 --preset tiny --out " + model.string()), dir_ / "make").exit_code, 0);
+  ordered_json config = {{"eos_token", "<|end_of_text|>"},
+                         {"chat_template", read_all(chat_dir() / "templates" / "chatml.jinja")}};
+  std::ofstream(model / "tokenizer_config.json") << config.dump();
+  const CommandResult rendered =
+      run(lockstep("apply-chat-template --model " + model.string() + " --prompt 'Hi there' --system 'Be brief.'"),
+          dir_ / "apply");
+  ASSERT_EQ(rendered.exit_code, 0) << rendered.err;
+  EXPECT_EQ(rendered.out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                          "<|im_start|>assistant\n");
+  // generate --chat: the ids of the rendered text, no other special tokens.
+  const std::vector<int32_t> ids = Tokenizer::load(model).encode(rendered.out);
+  std::string csv;
+  for (int32_t id : ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+  const std::string common = "generate --backend cpu --model " + model.string() + " --max-new-tokens 5 --ignore-eos ";
+  const CommandResult by_ids = run(lockstep(common + "--prompt-ids " + csv), dir_ / "ids");
+  const CommandResult by_chat =
+      run(lockstep(common + "--chat --prompt 'Hi there' --system 'Be brief.' --log-level error"), dir_ / "chat");
+  ASSERT_EQ(by_ids.exit_code, 0) << by_ids.err;
+  ASSERT_EQ(by_chat.exit_code, 0) << by_chat.err;
+  const Tokenizer tok = Tokenizer::load(model);
+  StreamDecoder decoder(tok);
+  std::istringstream in(by_ids.out);
+  std::string text;
+  for (int32_t id; in >> id;) text += decoder.push(id);
+  EXPECT_EQ(by_chat.out, text + decoder.flush() + "\n");
+  // The same conversation from a --messages file.
+  std::ofstream(dir_ / "chat.json") << R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}])";
+  const CommandResult by_file = run(lockstep(common + "--messages " + (dir_ / "chat.json").string()), dir_ / "file");
+  EXPECT_EQ(by_file.out, by_chat.out) << by_file.err;
+}
+
+TEST_F(ChatCli, BadChatInputsFailCleanly) {
+  using namespace testing_cli;
+  const fs::path model = dir_ / "m";
+  ASSERT_EQ(run(lockstep("make-model --arch llama --preset tiny --out " + model.string()), dir_ / "make").exit_code, 0);
+  const auto fails_with = [&](const std::string& args, const std::string& needle) {
+    const CommandResult r = run(lockstep(args), dir_ / "bad");
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_LT(r.exit_code, 128) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+  };
+  const std::string gen = "generate --backend cpu --model " + model.string() + " ";
+  fails_with(gen + "--chat --prompt hi", "--chat-template");  // no template in the folder
+  fails_with(gen + "--prompt hi --system x", "need --chat");
+  fails_with(gen + "--chat --prompt-ids 1,2", "--chat needs");
+  std::ofstream(dir_ / "t.jinja") << "{{ messages[0].content }}{% if %}";
+  fails_with(gen + "--chat --prompt hi --chat-template " + (dir_ / "t.jinja").string(), "chat template");
+  std::ofstream(dir_ / "ok.jinja") << "{{ messages[0].content }}";
+  fails_with(gen + "--chat --prompt hi --chat-template " + (dir_ / "ok.jinja").string() +
+                 " --chat-template-kwargs '[1]'", "JSON object");
+  std::ofstream(dir_ / "bad.json") << R"([{"content": "no role"}])";
+  fails_with(gen + "--messages " + (dir_ / "bad.json").string(), "role");
+  fails_with(gen + "--messages " + (dir_ / "bad.json").string() + " --prompt hi", "exactly one");
+  std::ofstream(dir_ / "broken.json") << "[{";
+  fails_with("apply-chat-template --model " + model.string() + " --messages " + (dir_ / "broken.json").string(),
+             "not valid JSON");
+}
+
+}  // namespace
+}  // namespace lockstep

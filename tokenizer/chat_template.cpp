@@ -1,0 +1,208 @@
+#include "tokenizer/chat_template.h"
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "tokenizer/template_internal.h"
+
+namespace lockstep {
+
+using jinja::Value;
+
+struct ChatTemplate::Parsed {
+  jinja::Body body;
+  std::map<std::string, std::string> special_tokens;
+};
+
+namespace {
+
+std::string read_text(const std::filesystem::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read {} {}", what, path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+nlohmann::ordered_json read_json(const std::filesystem::path& path, const char* what) {
+  const std::string text = read_text(path, what);
+  try {
+    return nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    LS_FAIL(ErrorKind::kModel, "{} is not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+// bos_token etc. of tokenizer_config.json: a string or an AddedToken object.
+std::map<std::string, std::string> special_tokens(const nlohmann::ordered_json& config) {
+  std::map<std::string, std::string> out;
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+    auto it = config.find(key);
+    if (it == config.end()) continue;
+    if (it->is_string()) out[key] = it->get<std::string>();
+    else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+      out[key] = (*it)["content"].get<std::string>();
+  }
+  return out;
+}
+
+std::string template_of_config(const nlohmann::ordered_json& config, const std::filesystem::path& path) {
+  auto it = config.find("chat_template");
+  LS_REQUIRE(it != config.end() && !it->is_null(), ErrorKind::kModel,
+             "{} has no chat_template (and there is no chat_template.jinja): give one with --chat-template",
+             path.string());
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
+    for (const auto& entry : *it)
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string())
+        return entry["template"].get<std::string>();
+    LS_FAIL(ErrorKind::kModel, "{}: chat_template lists no template named \"default\"", path.string());
+  }
+  LS_FAIL(ErrorKind::kModel, "{}: chat_template must be a string or a list of named templates", path.string());
+}
+
+Value to_value(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return Value::none();
+    case nlohmann::json::value_t::boolean: return Value::from(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: return Value::from(j.get<int64_t>());
+    case nlohmann::json::value_t::number_float: return Value::from(j.get<double>());
+    case nlohmann::json::value_t::string: return Value::from(j.get<std::string>());
+    case nlohmann::json::value_t::array: {
+      jinja::List l;
+      for (const auto& e : j) l.push_back(to_value(e));
+      return Value::from(std::move(l));
+    }
+    case nlohmann::json::value_t::object: {
+      jinja::Dict d;
+      for (const auto& [k, v] : j.items()) d.emplace_back(k, to_value(v));
+      return Value::from(std::move(d));
+    }
+    default: LS_FAIL(ErrorKind::kInvalidArgument, "chat messages: unsupported JSON value {}", j.dump());
+  }
+}
+
+std::map<std::string, Value> builtin_functions() {
+  using jinja::CallArgs;
+  using jinja::Function;
+  std::map<std::string, Value> g;
+  g["raise_exception"] = Value::from(Function([](const CallArgs& a) -> Value {
+    LS_FAIL(ErrorKind::kInvalidArgument, "chat template refused the messages: {}",
+            a.positional.empty() ? std::string("(no message)") : jinja::python_str(a.positional[0]));
+  }));
+  g["strftime_now"] = Value::from(Function([](const CallArgs& a) {
+    const Value* format = a.get(0, "format");
+    if (format == nullptr || !format->is_string()) jinja::template_error("strftime_now needs a format string");
+    const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buf[256];
+    const size_t n = std::strftime(buf, sizeof(buf), format->string.c_str(), &local);
+    return Value::from(std::string(buf, n));
+  }));
+  g["range"] = Value::from(Function([](const CallArgs& a) {
+    std::vector<int64_t> n;
+    for (const Value& v : a.positional) {
+      if (v.kind != Value::Kind::kInt) jinja::template_error("range needs integers");
+      n.push_back(v.integer);
+    }
+    if (n.empty() || n.size() > 3) jinja::template_error("range takes 1 to 3 integers");
+    const int64_t start = n.size() == 1 ? 0 : n[0], stop = n.size() == 1 ? n[0] : n[1], step = n.size() == 3 ? n[2] : 1;
+    if (step == 0) jinja::template_error("range step cannot be zero");
+    jinja::List out;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      out.push_back(Value::from(i));
+      if (out.size() > 1'000'000) jinja::template_error("range too long");
+    }
+    return Value::from(std::move(out));
+  }));
+  const auto dict_of = [](bool is_namespace) {
+    return Function([is_namespace](const CallArgs& a) {
+      jinja::Dict d;
+      for (const Value& v : a.positional)
+        if (v.kind == Value::Kind::kDict) d.insert(d.end(), v.dict->begin(), v.dict->end());
+      for (const auto& kv : a.keyword) d.push_back(kv);
+      Value out = Value::from(std::move(d));
+      out.is_namespace = is_namespace;
+      return out;
+    });
+  };
+  g["namespace"] = Value::from(dict_of(true));
+  g["dict"] = Value::from(dict_of(false));
+  return g;
+}
+
+}  // namespace
+
+ChatTemplate::~ChatTemplate() = default;
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+
+ChatTemplate ChatTemplate::from_source(const std::string& source, std::map<std::string, std::string> special) {
+  ChatTemplate t;
+  t.parsed_ = std::make_unique<Parsed>();
+  t.parsed_->body = jinja::parse_template(source);
+  t.parsed_->special_tokens = std::move(special);
+  return t;
+}
+
+ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
+  const auto config_path = model_dir / "tokenizer_config.json";
+  const auto jinja_path = model_dir / "chat_template.jinja";
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (std::filesystem::exists(config_path)) config = read_json(config_path, "tokenizer config");
+  LS_REQUIRE(config.is_object(), ErrorKind::kModel, "{} is not a JSON object", config_path.string());
+  if (std::filesystem::exists(jinja_path))
+    return from_source(read_text(jinja_path, "chat template"), special_tokens(config));
+  LS_REQUIRE(std::filesystem::exists(config_path), ErrorKind::kModel,
+             "{} has neither chat_template.jinja nor tokenizer_config.json: give a template with --chat-template",
+             model_dir.string());
+  return from_source(template_of_config(config, config_path), special_tokens(config));
+}
+
+ChatTemplate ChatTemplate::load_file(const std::filesystem::path& template_file,
+                                     const std::filesystem::path& model_dir) {
+  const auto config_path = model_dir / "tokenizer_config.json";
+  std::map<std::string, std::string> special;
+  if (std::filesystem::exists(config_path)) {
+    const auto config = read_json(config_path, "tokenizer config");
+    if (config.is_object()) special = special_tokens(config);
+  }
+  return from_source(read_text(template_file, "chat template"), std::move(special));
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatRenderOptions& options) const {
+  LS_REQUIRE(messages.is_array(), ErrorKind::kInvalidArgument, "chat messages must be a list");
+  LS_REQUIRE(options.variables.is_object(), ErrorKind::kInvalidArgument, "chat template variables must be an object");
+  std::map<std::string, Value> globals = builtin_functions();
+  for (const auto& [name, token] : parsed_->special_tokens) globals[name] = Value::from(token);
+  globals["messages"] = to_value(messages);
+  globals["add_generation_prompt"] = Value::from(options.add_generation_prompt);
+  globals["tools"] = Value::none();
+  globals["documents"] = Value::none();
+  for (const auto& [name, value] : options.variables.items()) globals[name] = to_value(value);
+  return jinja::render(parsed_->body, globals);
+}
+
+nlohmann::ordered_json read_messages_file(const std::filesystem::path& path) {
+  const std::string text = read_text(path, "messages file");
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    LS_FAIL(ErrorKind::kInvalidArgument, "messages file {} is not valid JSON: {}", path.string(), e.what());
+  }
+  LS_REQUIRE(j.is_array() && !j.empty(), ErrorKind::kInvalidArgument,
+             "messages file {}: expected a non-empty list of messages", path.string());
+  for (size_t i = 0; i < j.size(); ++i)
+    LS_REQUIRE(j[i].is_object() && j[i].contains("role") && j[i]["role"].is_string(), ErrorKind::kInvalidArgument,
+               "messages file {}: message {} is not an object with a string \"role\"", path.string(), i);
+  return j;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,130 @@
+// Internal pieces of the chat-template renderer (chat_template.h): a subset
+// of Jinja2 as Hugging Face transformers configures it for chat templates
+// (trim_blocks, lstrip_blocks, loop controls, its own tojson). Values follow
+// Python's semantics where templates can see them (str(), truthiness,
+// comparisons, slicing); what the subset lacks is refused by name.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lockstep::jinja {
+
+struct Value;
+using List = std::vector<Value>;
+// Insertion-ordered, as Python dicts are.
+using Dict = std::vector<std::pair<std::string, Value>>;
+
+// Arguments of a call: positional, then keyword.
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+  // The argument at `index` or named `name`; nullptr when absent.
+  const Value* get(size_t index, const char* name) const;
+};
+using Function = std::function<Value(const CallArgs&)>;
+
+struct Value {
+  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
+  Kind kind = Kind::kUndefined;
+  bool boolean = false;
+  int64_t integer = 0;
+  double number = 0.0;
+  std::string string;
+  std::shared_ptr<List> list;  // shared: a template sees one list however it is reached
+  std::shared_ptr<Dict> dict;
+  std::shared_ptr<Function> function;
+  bool is_namespace = false;  // a namespace() object: the one dict `set x.attr` may change
+  std::string undefined_name;  // what an undefined value was looked up as (for errors)
+
+  static Value undefined(std::string name = "");
+  static Value none();
+  static Value from(bool b);
+  static Value from(int64_t i);
+  static Value from(double d);
+  static Value from(std::string s);
+  static Value from(const char* s) { return from(std::string(s)); }
+  static Value from(List l);
+  static Value from(Dict d);
+  static Value from(Function f);
+
+  bool is_undefined() const { return kind == Kind::kUndefined; }
+  bool is_string() const { return kind == Kind::kString; }
+  bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
+  bool truthy() const;
+  double as_double() const;
+  // The dict entry `key`, or nullptr.
+  const Value* find(const std::string& key) const;
+};
+
+const char* kind_name(Value::Kind kind);  // "string", "list", ... for errors
+std::string python_str(const Value& v);   // str(v)
+std::string python_repr(const Value& v);  // repr(v), as str() shows list items
+bool equal(const Value& a, const Value& b);
+// a < b where Python allows it (numbers, strings, lists); throws otherwise.
+bool less(const Value& a, const Value& b);
+// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: none, as transformers' tojson).
+std::string to_json(const Value& v, int indent);
+// A string's code points, and back.
+std::u32string code_points(const std::string& s);
+std::string utf8(const std::u32string& s);
+bool python_isspace(char32_t c);
+
+// Throws kModel "chat template: <what>" (a template the subset cannot render or that is wrong).
+[[noreturn]] void template_error(const std::string& what);
+
+// ---- Syntax ----------------------------------------------------------------
+
+struct Expr;
+using ExprPtr = std::unique_ptr<Expr>;
+struct Expr {
+  enum class Kind {
+    kLiteral, kName, kList, kDict, kAttr, kItem, kSlice, kCall, kFilter, kTest, kUnary, kBinary,
+    kAnd, kOr, kNot, kCondition
+  };
+  Kind kind;
+  int line = 0;
+  Value literal;
+  std::string name;  // name, attribute, filter, test or operator
+  std::vector<ExprPtr> args;  // operands / positional arguments; kDict: key, value, key, value...
+  std::vector<std::pair<std::string, ExprPtr>> keyword_args;
+};
+
+struct Node;
+using Body = std::vector<std::unique_ptr<Node>>;
+struct Node {
+  enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kBreak, kContinue, kMacro, kPlain };
+  Kind kind;
+  int line = 0;
+  std::string text;                  // kText
+  std::vector<ExprPtr> exprs;        // kOutput: 1; kIf: conditions; kFor: iterable, filter?; kSet: value
+  std::vector<Body> bodies;          // kIf: one per condition (+ else); kFor: body (+ else); kMacro/kSetBlock/kPlain: body
+  std::vector<std::string> targets;  // kFor / kSet / kSetBlock: names; kSet "ns.attr" as {"ns", "attr"} with attr set
+  std::string attribute;             // kSet on a namespace attribute
+  bool has_else = false;             // kIf / kFor
+  bool has_filter = false;           // kFor: `for x in xs if cond`
+  std::string macro_name;            // kMacro
+  std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro: name and default (or null)
+};
+
+// Parses template source (whitespace control as transformers sets it up).
+Body parse_template(const std::string& source);
+
+// ---- Evaluation ------------------------------------------------------------
+
+// Renders `body` with `globals` as the outermost scope.
+std::string render(const Body& body, const std::map<std::string, Value>& globals);
+
+// Filters, tests and methods by name (template_builtins.cpp); each throws
+// template_error naming what it does not support.
+Value apply_filter(const std::string& name, const Value& input, const CallArgs& args);
+bool apply_test(const std::string& name, const Value& input, const CallArgs& args);
+// A bound method (`"a b".split`, `d.items`), or undefined when `v` has none named `name`.
+Value method(const Value& v, const std::string& name);
+
+}  // namespace lockstep::jinja
