@@ -379,8 +379,15 @@ TensorStore::TensorStore(const fs::path& model_dir) : model_dir_(model_dir) {
     return;
   }
   const fs::path single = model_dir / "model.safetensors";
-  LS_REQUIRE(fs::exists(single, ec), ErrorKind::kIo,
-             "model file not found: {} (and no model.safetensors.index.json)", single.string());
+  if (!fs::exists(single, ec)) {
+    // Weights in another format: say so rather than only that safetensors are missing.
+    for (const char* other : {"pytorch_model.bin", "pytorch_model.bin.index.json", "consolidated.00.pth",
+                              "model.gguf"})
+      LS_REQUIRE(!fs::exists(model_dir / other, ec), ErrorKind::kModel,
+                 "{} holds {}: lockstep reads only safetensors (model.safetensors or model.safetensors.index.json); "
+                 "convert the weights to safetensors first", model_dir.string(), other);
+    LS_FAIL(ErrorKind::kIo, "model file not found: {} (and no model.safetensors.index.json)", single.string());
+  }
   files_.push_back(std::make_unique<SafetensorsFile>(single));
   register_tensors(*files_.back());
 }
