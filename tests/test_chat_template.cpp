@@ -117,6 +117,24 @@ TEST(ChatTemplate, RefusesWhatItCannotRenderByName) {
                         ErrorKind::kInvalidArgument);
 }
 
+// Templates that would run away fail with an error, not a crash, a hang or
+// memory exhaustion.
+TEST(ChatTemplate, RunawayTemplatesAreStopped) {
+  expect_template_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested more than 64 calls");
+  expect_template_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", "nested too deeply");
+  expect_template_error("{{ " + std::string(5000, '-') + "1 }}", "nested too deeply");
+  std::string nested_ifs;
+  for (int i = 0; i < 1000; ++i) nested_ifs += "{% if true %}";
+  expect_template_error(nested_ifs, "nested too deeply");
+  expect_template_error("{{ range(1000000) | length }}", "range() of more than 100000");
+  expect_template_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                        "loop iterations");
+  expect_template_error("{{ 'ab' * 1000000000000 }}", "MiB");
+  expect_template_error("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                        "MiB");
+  expect_template_error("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "MiB");
+}
+
 TEST(ChatTemplate, StrftimeNowIsTheLocalDate) {
   const std::time_t now = std::time(nullptr);
   std::tm local{};

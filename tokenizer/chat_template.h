@@ -17,7 +17,10 @@
 // blocks), macro, generation; the filters, tests and string/dict methods
 // templates use (template_builtins.cpp). Anything else is refused with a
 // one-line kModel error naming it; raise_exception fails with
-// kInvalidArgument and the template's message.
+// kInvalidArgument and the template's message. A template that would run
+// away is stopped with an error: expressions or blocks nested past 256,
+// macros past 64 calls deep, range() past 100000 numbers (as jinja2's
+// sandbox), a million loop iterations, a value or output past 64 MiB.
 #pragma once
 
 #include <filesystem>

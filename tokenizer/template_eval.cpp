@@ -11,6 +11,19 @@ namespace lockstep::jinja {
 
 namespace {
 
+// What one rendering may do before it is stopped: a template that would run
+// away (a macro calling itself, loops over loops, a string multiplied into
+// gigabytes) fails with an error instead of exhausting the stack, memory or time.
+constexpr int kMaxMacroDepth = 64;
+constexpr int64_t kMaxLoopIterations = 1'000'000;
+constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+
+// A string or list about to be made `size` long (bytes or items).
+void check_size(size_t size, int line) {
+  if (size > kMaxOutputBytes)
+    template_error(fmt::format("a value of more than {} MiB (line {})", kMaxOutputBytes >> 20, line));
+}
+
 class Scope {
  public:
   explicit Scope(Scope* parent) : parent_(parent) {}
@@ -89,13 +102,19 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
       return Value::from(x - std::floor(x / y) * y);
     }
   }
-  if (op == "+" && a.is_string() && b.is_string()) return Value::from(a.string + b.string);
+  if (op == "+" && a.is_string() && b.is_string()) {
+    check_size(a.string.size() + b.string.size(), line);
+    return Value::from(a.string + b.string);
+  }
   if (op == "+" && a.kind == Value::Kind::kList && b.kind == Value::Kind::kList) {
+    check_size(a.list->size() + b.list->size(), line);
     List joined = *a.list;
     joined.insert(joined.end(), b.list->begin(), b.list->end());
     return Value::from(std::move(joined));
   }
   if (op == "*" && (a.is_string() || a.kind == Value::Kind::kList) && b.kind == Value::Kind::kInt) {
+    const size_t unit = a.is_string() ? a.string.size() : a.list->size();
+    if (b.integer > 0 && unit > 0) check_size(static_cast<uint64_t>(b.integer) > kMaxOutputBytes ? kMaxOutputBytes + 1 : unit * static_cast<size_t>(b.integer), line);
     if (a.is_string()) {
       std::string s;
       for (int64_t i = 0; i < b.integer; ++i) s += a.string;
@@ -169,12 +188,17 @@ class Renderer {
   Value binary(const Expr& e, Scope& scope);
 
   Scope& root_;
+  int macro_depth_ = 0;
+  int64_t iterations_ = 0;
 };
 
 Flow Renderer::statement(const Node& n, Scope& scope, std::string& out) {
   switch (n.kind) {
-    case Node::Kind::kText: out += n.text; return Flow::kNormal;
-    case Node::Kind::kOutput: out += python_str(eval(*n.exprs[0], scope)); return Flow::kNormal;
+    case Node::Kind::kText:
+    case Node::Kind::kOutput:
+      out += n.kind == Node::Kind::kText ? n.text : python_str(eval(*n.exprs[0], scope));
+      if (out.size() > kMaxOutputBytes) template_error(fmt::format("output past {} MiB", kMaxOutputBytes >> 20));
+      return Flow::kNormal;
     case Node::Kind::kIf:
       for (size_t i = 0; i < n.exprs.size(); ++i)
         if (eval(*n.exprs[i], scope).truthy()) return body(n.bodies[i], scope, out);
@@ -219,6 +243,8 @@ Flow Renderer::for_loop(const Node& n, Scope& scope, std::string& out) {
   }
   const auto length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
+    if (++iterations_ > kMaxLoopIterations)
+      template_error(fmt::format("more than {} loop iterations (line {})", kMaxLoopIterations, n.line));
     bind_targets(n.targets, items[static_cast<size_t>(i)], loop_scope, n.line);
     Dict loop = {{"index", Value::from(i + 1)},
                  {"index0", Value::from(i)},
@@ -264,6 +290,12 @@ void Renderer::assign(const Node& n, Scope& scope) {
 
 Value Renderer::define_macro(const Node& n) {
   return Value::from(Function([this, &n](const CallArgs& args) {
+    if (macro_depth_ >= kMaxMacroDepth)
+      template_error(fmt::format("macro '{}' nested more than {} calls deep", n.macro_name, kMaxMacroDepth));
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{++macro_depth_};
     Scope scope(&root_);
     if (args.positional.size() > n.params.size())
       template_error(fmt::format("macro '{}' takes {} arguments, got {}", n.macro_name, n.params.size(),
@@ -349,7 +381,11 @@ Value Renderer::dict_literal(const Expr& e, Scope& scope) {
 
 Value Renderer::binary(const Expr& e, Scope& scope) {
   const Value a = eval(*e.args[0], scope), b = eval(*e.args[1], scope);
-  if (e.name == "~") return Value::from(python_str(a) + python_str(b));
+  if (e.name == "~") {
+    std::string joined = python_str(a) + python_str(b);
+    check_size(joined.size(), e.line);
+    return Value::from(std::move(joined));
+  }
   if (e.name == "==") return Value::from(equal(a, b));
   if (e.name == "!=") return Value::from(!equal(a, b));
   if (e.name == "<") return Value::from(less(a, b));

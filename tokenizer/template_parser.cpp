@@ -12,6 +12,8 @@ namespace lockstep::jinja {
 
 namespace {
 
+constexpr int kMaxNesting = 256;  // expressions, and blocks inside blocks
+
 // ---- Tags ------------------------------------------------------------------
 
 struct Segment {
@@ -287,6 +289,7 @@ class ExprParser {
     return e;
   }
   ExprPtr not_expr() {
+    DepthGuard guard(*this);
     if (skip_name("not")) return node(Expr::Kind::kNot, "", not_expr());
     return compare();
   }
@@ -336,6 +339,7 @@ class ExprParser {
     return e;
   }
   ExprPtr unary(bool with_filter) {
+    DepthGuard guard(*this);
     ExprPtr e;
     if (skip_op("-")) e = node(Expr::Kind::kUnary, "-", unary(false));
     else if (skip_op("+")) e = node(Expr::Kind::kUnary, "+", unary(false));
@@ -349,9 +353,19 @@ class ExprParser {
   ExprPtr filters_and_tests(ExprPtr e);
   void call_arguments(Expr& call);
 
+  // Nesting deeper than this is refused rather than risking the stack.
+  struct DepthGuard {
+    ExprParser& p;
+    explicit DepthGuard(ExprParser& parser) : p(parser) {
+      if (++p.depth_ > kMaxNesting) p.fail("expression nested too deeply");
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
+
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 ExprPtr ExprParser::primary() {
@@ -509,6 +523,7 @@ class TemplateParser {
 
   std::vector<Segment> segments_;
   size_t pos_ = 0;
+  int depth_ = 0;
   std::unique_ptr<ExprParser> end_parser_;
 };
 
@@ -520,6 +535,11 @@ std::unique_ptr<Node> make_node(Node::Kind kind, int line) {
 }
 
 Body TemplateParser::parse_body(const std::vector<std::string>& ends, std::string& end_found) {
+  if (++depth_ > kMaxNesting) template_error("blocks nested too deeply");
+  struct Leave {
+    int& depth;
+    ~Leave() { --depth; }
+  } leave{depth_};
   Body body;
   while (pos_ < segments_.size()) {
     const Segment& seg = segments_[pos_++];
