@@ -5,7 +5,6 @@
 
 #include <ctime>
 #include <fstream>
-#include <sstream>
 
 #include "cli_support.h"
 #include "common/error.h"
@@ -21,19 +20,9 @@ using nlohmann::ordered_json;
 
 fs::path chat_dir() { return fs::path(LOCKSTEP_SOURCE_DIR) / "tests" / "data" / "chat"; }
 
-std::string read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_all(const fs::path& p) { return testing_cli::read_file(p); }
 
-// Where scripts/fetch_tokenizers.sh put the real tokenizer_config.json files.
-fs::path real_dir(const std::string& name) {
-  const char* env = std::getenv("LOCKSTEP_TOKENIZER_DIR");
-  const fs::path base = env != nullptr && *env != '\0' ? fs::path(env) : fs::path(LOCKSTEP_SOURCE_DIR) / "build" / "tokenizers";
-  return base / name;
-}
+fs::path real_dir(const std::string& name) { return real_tokenizer_dir() / name; }
 
 // The oracle's variants (chat_template_refs.py VARIANTS).
 ChatRenderOptions variant_options(const std::string& variant) {

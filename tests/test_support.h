@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
 #include <string>
@@ -13,6 +14,15 @@
 #include "common/error.h"
 
 namespace lockstep {
+
+// Where scripts/fetch_tokenizers.sh put the real tokenizer files
+// (<dir>/<name>/tokenizer.json and tokenizer_config.json): $LOCKSTEP_TOKENIZER_DIR,
+// else build/tokenizers in the source tree.
+inline std::filesystem::path real_tokenizer_dir() {
+  const char* env = std::getenv("LOCKSTEP_TOKENIZER_DIR");
+  if (env != nullptr && *env != '\0') return env;
+  return std::filesystem::path(LOCKSTEP_SOURCE_DIR) / "build" / "tokenizers";
+}
 
 // Creates temp_directory_path()/lockstep_test_<pid>_<test name> in SetUp and
 // removes it in TearDown.

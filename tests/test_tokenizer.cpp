@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "test_support.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,13 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path data_dir() { return fs::path(LOCKSTEP_SOURCE_DIR) / "tests" / "data" / "tokenizer"; }
-
-// Where scripts/fetch_tokenizers.sh put the real files (<dir>/<name>/tokenizer.json).
-fs::path real_tokenizer_dir() {
-  const char* env = std::getenv("LOCKSTEP_TOKENIZER_DIR");
-  if (env != nullptr && *env != '\0') return env;
-  return fs::path(LOCKSTEP_SOURCE_DIR) / "build" / "tokenizers";
-}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
