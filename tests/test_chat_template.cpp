@@ -104,6 +104,12 @@ TEST(ChatTemplate, RefusesWhatItCannotRenderByName) {
   expect_template_error("{{ 1 // 0 }}", "division by zero");
   expect_template_error("{{ raise_exception('no system role, please') }}", "no system role, please",
                         ErrorKind::kInvalidArgument);
+  // Still one line when what is quoted holds newlines.
+  expect_template_error("{{ raise_exception('two\nlines') }}", "two\\nlines", ErrorKind::kInvalidArgument);
+  expect_template_error("{{ 'a' 'b\nc' x }}", "unexpected 'x'");
+  expect_template_error("{% if x %}\n{{ 1 }} {{ 'multi\nline' ]", "not closed");
+  expect_template_error("{{ '\\uZZZZ' }}", "bad \\u escape");
+  expect_template_error("{{ 99999999999999999999999 }}", "out of range");
 }
 
 // Templates that would run away fail with an error, not a crash, a hang or

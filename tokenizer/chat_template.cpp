@@ -93,7 +93,7 @@ std::map<std::string, Value> builtin_functions() {
   std::map<std::string, Value> g;
   g["raise_exception"] = Value::from(Function([](const CallArgs& a) -> Value {
     LS_FAIL(ErrorKind::kInvalidArgument, "chat template refused the messages: {}",
-            a.positional.empty() ? std::string("(no message)") : jinja::python_str(a.positional[0]));
+            a.positional.empty() ? std::string("(no message)") : jinja::one_line(jinja::python_str(a.positional[0])));
   }));
   g["strftime_now"] = Value::from(Function([](const CallArgs& a) {
     const Value* format = a.get(0, "format");

@@ -75,8 +75,10 @@ std::u32string code_points(const std::string& s);
 std::string utf8(const std::u32string& s);
 bool python_isspace(char32_t c);
 
-// Throws kModel "chat template: <what>" (a template the subset cannot render or that is wrong).
+// Throws kModel "chat template: <what>" (a template the subset cannot render
+// or that is wrong), control characters in `what` escaped to keep one line.
 [[noreturn]] void template_error(const std::string& what);
+std::string one_line(const std::string& text);  // "\n" for a newline, "\x01" for other controls
 
 // ---- Syntax ----------------------------------------------------------------
 

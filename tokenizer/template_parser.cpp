@@ -139,9 +139,16 @@ void append_escape(const std::string& s, size_t& i, std::string& out) {
     case '\\': case '\'': case '"': out.push_back(c); break;
     case 'u': case 'x': {
       const size_t digits = c == 'u' ? 4 : 2;
-      if (i + digits >= s.size()) template_error("truncated escape in a string");
-      const std::u32string cp(1, static_cast<char32_t>(std::stoul(s.substr(i + 1, digits), nullptr, 16)));
-      out += utf8(cp);
+      char32_t cp = 0;
+      for (size_t k = 1; k <= digits; ++k) {
+        const char h = i + k < s.size() ? s[i + k] : '\0';
+        const int v = std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
+                      : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        if (v < 0) template_error(fmt::format("bad \\{} escape in a string", c));
+        cp = cp * 16 + static_cast<char32_t>(v);
+      }
+      if (cp >= 0xD800 && cp <= 0xDFFF) template_error("a surrogate \\u escape in a string");
+      out += utf8(std::u32string(1, cp));
       i += digits;
       break;
     }
@@ -180,8 +187,12 @@ std::vector<Token> tokenize(const std::string& s, int line) {
       for (size_t k = i; k < j; ++k)
         if (s[k] != '_') digits.push_back(s[k]);
       Token t{is_float ? Token::Kind::kFloat : Token::Kind::kInt, digits};
-      if (is_float) t.number = std::stod(digits);
-      else t.integer = std::stoll(digits);
+      try {
+        if (is_float) t.number = std::stod(digits);
+        else t.integer = std::stoll(digits);
+      } catch (const std::exception&) {  // past int64 or double
+        template_error(fmt::format("number {} out of range on line {}", digits, line));
+      }
       out.push_back(t);
       i = j;
     } else if (c == '"' || c == '\'') {

@@ -8,7 +8,18 @@
 
 namespace lockstep::jinja {
 
-void template_error(const std::string& what) { LS_FAIL(ErrorKind::kModel, "chat template: {}", what); }
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    else out.push_back(c);
+  }
+  return out;
+}
+
+void template_error(const std::string& what) { LS_FAIL(ErrorKind::kModel, "chat template: {}", one_line(what)); }
 
 const Value* CallArgs::get(size_t index, const char* name) const {
   if (index < positional.size()) return &positional[index];
