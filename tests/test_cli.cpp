@@ -189,6 +189,16 @@ TEST_F(Cli, MissingWeights) {
   expect_clean_failure(generate(model, "--prompt-ids 1"), {"pytorch_model.bin", "only safetensors", "convert"});
 }
 
+// A model folder with a SentencePiece tokenizer.model but no tokenizer.json:
+// named, with what works instead.
+TEST_F(Cli, TokenizerInAnotherFormat) {
+  auto model = make_model("m");
+  std::filesystem::rename(model / "tokenizer.json", model / "tokenizer.model");
+  expect_clean_failure(generate(model, "--prompt hi"), {"tokenizer.model", "tokenizer.json only", "--prompt-ids"});
+  std::filesystem::remove(model / "tokenizer.model");
+  expect_clean_failure(generate(model, "--prompt hi"), {"cannot open tokenizer file"});
+}
+
 TEST_F(Cli, TruncatedSafetensors) {
   auto model = make_model("m");
   std::filesystem::resize_file(model / "model.safetensors", 100000);

@@ -185,7 +185,14 @@ class Handler : public nlohmann::json_sax<json> {
 
 TokenizerJson read_tokenizer_json(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot open tokenizer file {}", path.string());
+  if (!in.good()) {
+    // A folder with only another tokenizer format: say which, and what works instead.
+    for (const char* other : {"tokenizer.model", "tekken.json", "vocab.json"})
+      LS_REQUIRE(!std::filesystem::exists(path.parent_path() / other), ErrorKind::kModel,
+                 "no {} beside {}: lockstep reads Hugging Face tokenizer.json only (give --prompt-ids, or a "
+                 "tokenizer.json with --tokenizer)", path.filename().string(), other);
+    LS_FAIL(ErrorKind::kIo, "cannot open tokenizer file {}", path.string());
+  }
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);
