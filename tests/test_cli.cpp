@@ -203,9 +203,6 @@ TEST_F(Cli, TruncatedSafetensors) {
   auto model = make_model("m");
   std::filesystem::resize_file(model / "model.safetensors", 100000);
   expect_clean_failure(generate(model, "--prompt-ids 1"), {"model.safetensors"});
-  // Weights in a format lockstep does not read: named, with what to do.
-  std::ofstream(model / "pytorch_model.bin") << "not read";
-  expect_clean_failure(generate(model, "--prompt-ids 1"), {"pytorch_model.bin", "only safetensors", "convert"});
 }
 
 TEST_F(Cli, HugeHeaderLength) {
