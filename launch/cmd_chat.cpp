@@ -42,6 +42,11 @@ std::string render_chat(const ChatOptions& c, const std::filesystem::path& model
     if (!c.system.empty()) messages.push_back({{"role", "system"}, {"content", c.system}});
     messages.push_back({{"role", "user"}, {"content", *user_text}});
   }
+  return render_conversation(c, model_dir, messages);
+}
+
+std::string render_conversation(const ChatOptions& c, const std::filesystem::path& model_dir,
+                                const nlohmann::ordered_json& messages) {
   ChatRenderOptions options;
   options.add_generation_prompt = !c.no_generation_prompt;
   if (!c.template_kwargs.empty()) {

@@ -28,6 +28,7 @@ struct ModelRunConfig {
   std::string diag;
   std::string prompt_ids;
   std::string dump_logits;
+  CLI::Option* max_batch_option = nullptr;  // given on the command line or not
 };
 
 void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
@@ -50,7 +51,8 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_flag("--eager", c.engine.eager, "no CUDA graphs: launch every op of every decode step");
   cmd->add_flag("--no-pdl", c.engine.no_pdl,
                 "CUDA: start each kernel only after the previous one ends (no programmatic dependent launch)");
-  cmd->add_option("--max-batch", c.engine.max_batch, "sequences at once (sizes the KV cache and the graphs)")
+  c.max_batch_option =
+      cmd->add_option("--max-batch", c.engine.max_batch, "sequences at once (sizes the KV cache and the graphs)")
       ->capture_default_str();
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
                   "KV cache length (default: the model's max_position_embeddings, capped by memory; "
@@ -99,6 +101,7 @@ struct TextOptions {
   std::string tokenizer;
   bool no_special_tokens = false;  // else the tokenizer's post-processor adds its BOS (as HF's default)
   ChatOptions chat;
+  std::string prompts_file;  // one request a line (run_generate_batch)
   bool text() const { return prompt.has_value() || !prompt_file.empty() || !chat.messages_file.empty(); }
 };
 
@@ -110,22 +113,26 @@ std::string read_prompt_file(const std::string& path) {
   return s.str();
 }
 
+Tokenizer load_tokenizer(const ModelRunConfig& c, const TextOptions& t) {
+  return Tokenizer::load(t.tokenizer.empty() ? c.engine.model_dir / "tokenizer.json" : std::filesystem::path(t.tokenizer));
+}
+
 // The prompt's ids: --prompt-ids as given, text through the tokenizer (with
 // the post-processor's special tokens unless --no-special-tokens), or a
 // conversation through the chat template (which writes its own special
 // tokens, so none are added: transformers' apply_chat_template(tokenize=True)).
 std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions& t, GenerationRequest& request) {
   check_chat_options(t.chat);
-  int given = (!c.prompt_ids.empty()) + t.prompt.has_value() + (!t.prompt_file.empty()) + (!t.chat.messages_file.empty());
+  int given = (!c.prompt_ids.empty()) + t.prompt.has_value() + (!t.prompt_file.empty()) +
+              (!t.chat.messages_file.empty()) + (!t.prompts_file.empty());
   LS_REQUIRE(given == 1, ErrorKind::kInvalidArgument,
-             "give exactly one of --prompt-ids, --prompt, --prompt-file, --messages");
+             "give exactly one of --prompt-ids, --prompt, --prompt-file, --messages, --prompts-file");
   LS_REQUIRE(!t.chat.chat || t.text(), ErrorKind::kInvalidArgument, "--chat needs --prompt, --prompt-file or --messages");
   if (!t.text()) {
     request.prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
     return std::nullopt;
   }
-  Tokenizer tokenizer = Tokenizer::load(t.tokenizer.empty() ? c.engine.model_dir / "tokenizer.json"
-                                                            : std::filesystem::path(t.tokenizer));
+  Tokenizer tokenizer = load_tokenizer(c, t);
   std::optional<std::string> text = t.prompt;
   if (!t.prompt_file.empty()) text = read_prompt_file(t.prompt_file);
   if (t.chat.active()) {
@@ -139,11 +146,107 @@ std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions&
   return tokenizer;
 }
 
+// --prompts-file: one request a line, a JSON object holding "prompt" (text,
+// taken as --prompt is, --chat, --system and --no-special-tokens included),
+// "prompt_ids" (a list of ids) or "messages" (a conversation, as --messages);
+// blank lines skipped. The ids of each, in order.
+std::vector<std::vector<int32_t>> read_prompts_file(const ModelRunConfig& c, const TextOptions& t,
+                                                    std::optional<Tokenizer>& tokenizer) {
+  std::ifstream in(t.prompts_file, std::ios::binary);
+  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read --prompts-file {}", t.prompts_file);
+  std::vector<std::vector<int32_t>> prompts;
+  std::string text;
+  for (int number = 1; std::getline(in, text); ++number) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto where = [&] { return fmt::format("--prompts-file {} line {}", t.prompts_file, number); };
+    nlohmann::ordered_json line;
+    try {
+      line = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      LS_FAIL(ErrorKind::kInvalidArgument, "{}: not valid JSON: {}", where(), e.what());
+    }
+    const int kinds = line.is_object() ? static_cast<int>(line.contains("prompt")) + line.contains("prompt_ids") +
+                                             line.contains("messages")
+                                       : 0;
+    LS_REQUIRE(kinds == 1, ErrorKind::kInvalidArgument,
+               "{}: expected an object with one of \"prompt\", \"prompt_ids\", \"messages\"", where());
+    if (line.contains("prompt_ids")) {
+      LS_REQUIRE(line["prompt_ids"].is_array(), ErrorKind::kInvalidArgument, "{}: prompt_ids must be a list", where());
+      std::vector<int32_t> ids;
+      for (const auto& id : line["prompt_ids"]) {
+        LS_REQUIRE(id.is_number_integer() && id.get<int64_t>() >= INT32_MIN && id.get<int64_t>() <= INT32_MAX,
+                   ErrorKind::kInvalidArgument, "{}: prompt_ids must be a list of token ids", where());
+        ids.push_back(id.get<int32_t>());
+      }
+      prompts.push_back(std::move(ids));
+      continue;
+    }
+    if (!tokenizer) tokenizer.emplace(load_tokenizer(c, t));
+    if (line.contains("messages")) {
+      LS_REQUIRE(line["messages"].is_array() && !line["messages"].empty(), ErrorKind::kInvalidArgument,
+                 "{}: messages must be a non-empty list", where());
+      prompts.push_back(tokenizer->encode(render_conversation(t.chat, c.engine.model_dir, line["messages"])));
+      continue;
+    }
+    LS_REQUIRE(line["prompt"].is_string(), ErrorKind::kInvalidArgument, "{}: prompt must be a string", where());
+    const std::string prompt = line["prompt"].get<std::string>();
+    if (t.chat.chat) {
+      prompts.push_back(tokenizer->encode(render_chat(t.chat, c.engine.model_dir, prompt)));
+    } else {
+      prompts.push_back(tokenizer->encode(prompt));
+      if (!t.no_special_tokens) prompts.back() = tokenizer->with_special_tokens(prompts.back());
+    }
+  }
+  LS_REQUIRE(!prompts.empty(), ErrorKind::kInvalidArgument, "--prompts-file {} holds no prompts", t.prompts_file);
+  return prompts;
+}
+
+// Runs the requests of --prompts-file in waves of --max-batch (default: all of
+// them, up to 32), printing one JSON line per request in the file's order:
+// {"index", "ids", "text" (when a tokenizer was used), "stopped"}.
+int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const StopOptions& stop,
+                       const TextOptions& text) {
+  LS_REQUIRE(c.dump_logits.empty(), ErrorKind::kInvalidArgument, "--dump-logits takes one prompt, not --prompts-file");
+  check_chat_options(text.chat);
+  LS_REQUIRE(text.chat.messages_file.empty(), ErrorKind::kInvalidArgument,
+             "give exactly one of --prompt-ids, --prompt, --prompt-file, --messages, --prompts-file");
+  std::optional<Tokenizer> tokenizer;
+  const std::vector<std::vector<int32_t>> prompts = read_prompts_file(c, text, tokenizer);
+  if (c.max_batch_option == nullptr || c.max_batch_option->count() == 0)
+    c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(prompts.size()), 32);
+  log_start("generate", c);
+  Engine engine(c.engine, *world().comm);
+  GenerationRequest shared = base;
+  if (!stop.ids.empty()) shared.stop_ids = parse_id_list(stop.ids, "--stop-ids");
+  else if (!stop.ignore_eos) shared.stop_ids = engine.config().eos_token_ids;
+  Generator generator(engine.group(), !c.engine.sync_steps);
+  const auto wave = static_cast<size_t>(c.engine.max_batch);
+  for (size_t begin = 0; begin < prompts.size(); begin += wave) {
+    std::vector<GenerationRequest> requests;
+    for (size_t i = begin; i < std::min(prompts.size(), begin + wave); ++i) {
+      requests.push_back(shared);
+      requests.back().prompt = prompts[i];
+    }
+    const std::vector<GenerationOutput> out = generator.generate(requests, false);
+    if (world().rank != 0) continue;
+    for (size_t k = 0; k < out.size(); ++k) {
+      nlohmann::ordered_json line = {{"index", begin + k}, {"ids", out[k].tokens}};
+      if (tokenizer) line["text"] = tokenizer->decode(out[k].tokens);
+      line["stopped"] = out[k].stopped;
+      std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    }
+    std::cout << std::flush;
+  }
+  return 0;
+}
+
 int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOptions& stop, const TextOptions& text) {
   c.engine.diag = Diagnostics::parse(c.diag);
   c.engine.collective_timeout_s = world().collective_timeout_s;
-  std::optional<Tokenizer> tokenizer = load_prompt(c, text, request);
   request.sampling.validate();
+  if (!text.prompts_file.empty() && c.prompt_ids.empty() && !text.prompt && text.prompt_file.empty())
+    return run_generate_batch(c, request, stop, text);
+  std::optional<Tokenizer> tokenizer = load_prompt(c, text, request);
   if (world().rank == 0 && !c.dump_logits.empty()) require_output_path(c.dump_logits, "--dump-logits");
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
@@ -194,6 +297,9 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   g->add_option("--prompt-ids", gen->prompt_ids, "comma-separated prompt token ids, e.g. 1,2,3 (prints ids)");
   g->add_option("--prompt", text->prompt, "prompt text (streams text out)");
   g->add_option("--prompt-file", text->prompt_file, "file holding the prompt text");
+  g->add_option("--prompts-file", text->prompts_file,
+                "many requests, run as one batch (waves of --max-batch, default all up to 32): a JSON object a "
+                "line with \"prompt\", \"prompt_ids\" or \"messages\"; prints a JSON line per request, in order");
   g->add_option("--tokenizer", text->tokenizer, "tokenizer.json (default: the model folder's)");
   g->add_flag("--no-special-tokens", text->no_special_tokens,
               "--prompt: no special tokens around the text (default: those of the tokenizer's post-processor, "

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <filesystem>
@@ -56,6 +57,9 @@ void check_chat_options(const ChatOptions& c);
 // The rendered conversation: --messages, or --system and `user_text` as the user's message.
 std::string render_chat(const ChatOptions& c, const std::filesystem::path& model_dir,
                         const std::optional<std::string>& user_text);
+// `messages` (a JSON list) through the template --chat-template / the model's, with --chat-template-kwargs.
+std::string render_conversation(const ChatOptions& c, const std::filesystem::path& model_dir,
+                                const nlohmann::ordered_json& messages);
 
 void add_model_commands(CLI::App& root, CommandTable& table);     // generate, score, bench
 void add_chat_command(CLI::App& root, CommandTable& table);        // apply-chat-template

@@ -160,6 +160,71 @@ TEST_F(Cli, PromptSourcesAreExclusive) {
   expect_clean_failure(generate(model, "--prompt '' --prompt-ids 1"), {"exactly one"});
 }
 
+// --prompts-file: every line one request of one batch, printed as a JSON line
+// in order; each gets the tokens it gets alone (greedy), whatever the wave
+// size or the tensor-parallel size.
+TEST_F(Cli, PromptsFileRunsEveryLineAsOneBatch) {
+  auto model = make_model("m");
+  std::ofstream(model / "tokenizer_config.json")
+      << R"({"chat_template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"})";
+  std::ofstream(dir_ / "chat.json") << R"([{"role": "user", "content": "Hi"}])";
+  const std::string file = (dir_ / "prompts.jsonl").string();
+  std::ofstream(file) << R"({"prompt": "Once upon a time"})" << "\n"
+                      << R"({"prompt_ids": [1, 2, 3]})" << "\n\n"
+                      << R"({"messages": [{"role": "user", "content": "Hi"}]})" << "\n"
+                      << R"({"prompt_ids": [7]})" << "\n";
+  const std::string common = "--max-new-tokens 5 --ignore-eos ";
+  const CommandResult all = generate(model, common + "--prompts-file " + file);
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(all.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 4u) << all.out;
+  const auto alone = [&](const std::string& args) {
+    CommandResult r = generate(model, common + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  std::string ids1;
+  for (const auto& id : lines[1]["ids"]) ids1 += (ids1.empty() ? "" : " ") + std::to_string(id.get<int>());
+  EXPECT_EQ(ids1 + "\n", alone("--prompt-ids 1,2,3"));
+  EXPECT_EQ(lines[0]["text"].get<std::string>() + "\n", alone("--prompt 'Once upon a time'"));
+  EXPECT_EQ(lines[2]["text"].get<std::string>() + "\n", alone("--messages " + (dir_ / "chat.json").string()));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["index"], i);
+    EXPECT_EQ(lines[i]["ids"].size(), 5u);
+    EXPECT_FALSE(lines[i]["stopped"].get<bool>());
+  }
+  EXPECT_EQ(generate(model, common + "--max-batch 3 --prompts-file " + file).out, all.out);
+  const CommandResult tp2 = run(mpirun(2) + lockstep("generate --backend cpu --model " + model.string() + " " +
+                                                       common + "--prompts-file " + file),
+                                dir_ / "tp2");
+  EXPECT_EQ(tp2.exit_code, 0) << tp2.err;
+  EXPECT_EQ(tp2.out, all.out);
+}
+
+TEST_F(Cli, PromptsFileErrorsNameTheLine) {
+  auto model = make_model("m");
+  const auto with_lines = [&](const std::string& content) {
+    const std::string file = (dir_ / "bad.jsonl").string();
+    std::ofstream(file) << content;
+    return generate(model, "--prompts-file " + file);
+  };
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1]}\n{not json\n"), {"line 2", "not valid JSON"});
+  expect_clean_failure(with_lines("{\"text\": \"x\"}\n"), {"line 1", "\"prompt\""});
+  expect_clean_failure(with_lines("{\"prompt\": \"x\", \"prompt_ids\": [1]}\n"), {"line 1", "one of"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": \"1,2\"}\n"), {"line 1", "prompt_ids must be a list"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1, -5]}\n"), {"outside the vocabulary"});
+  expect_clean_failure(with_lines("\n\n"), {"holds no prompts"});
+  expect_clean_failure(generate(model, "--prompts-file " + (dir_ / "none.jsonl").string()), {"none.jsonl"});
+  std::ofstream(dir_ / "ok.jsonl") << "{\"prompt_ids\": [1]}\n";
+  expect_clean_failure(generate(model, "--prompt-ids 1 --prompts-file " + (dir_ / "ok.jsonl").string()),
+                       {"exactly one"});
+  expect_clean_failure(generate(model, "--prompts-file " + (dir_ / "ok.jsonl").string() + " --dump-logits " +
+                                           (dir_ / "l.npy").string()),
+                       {"--dump-logits"});
+}
+
 // An output file that could not be written is refused before the run, not
 // after it: nothing generated, the folder named.
 TEST_F(Cli, OutputPathsAreCheckedBeforeTheRun) {
