@@ -37,7 +37,10 @@ class GenerationRun {
                 const TokenCallback& on_token)
       : group_(group), requests_(requests), keep_logits_(keep_logits), on_token_(on_token),
         out_(requests.size()), vocab_(group.vocab_size()) {
-    for (size_t i = 0; i < requests.size(); ++i) samplers_.emplace_back(requests[i].sampling, i);
+    for (size_t i = 0; i < requests.size(); ++i)
+      samplers_.emplace_back(requests[i].sampling, requests[i].sampling_sequence >= 0
+                                                       ? static_cast<uint64_t>(requests[i].sampling_sequence)
+                                                       : i);
     // Without logits to keep, the ids are chosen where the logits are (on
     // the GPU), so no logits cross to the host: by argmax when every request
     // is greedy, else by the sample op. Kept logits come to the host, where

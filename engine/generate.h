@@ -15,6 +15,9 @@ struct GenerationRequest {
   int64_t max_new_tokens = 16;
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+  // The sequence number the sampling bits are drawn for (sampling_random's
+  // `sequence`); -1: the request's index in the generate() call.
+  int64_t sampling_sequence = -1;
 };
 
 struct GenerationOutput {

@@ -146,15 +146,39 @@ std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions&
   return tokenizer;
 }
 
+// A --prompts-file line's own settings over the command line's.
+GenerationRequest request_settings(const nlohmann::ordered_json& line, const GenerationRequest& shared,
+                                   const std::string& where) {
+  GenerationRequest r = shared;
+  try {
+    if (line.contains("max_new_tokens")) r.max_new_tokens = line["max_new_tokens"].get<int64_t>();
+    if (line.contains("temperature")) r.sampling.temperature = line["temperature"].get<double>();
+    if (line.contains("top_k")) r.sampling.top_k = line["top_k"].get<int64_t>();
+    if (line.contains("top_p")) r.sampling.top_p = line["top_p"].get<double>();
+    if (line.contains("seed")) r.sampling.seed = line["seed"].get<uint64_t>();
+    r.sampling.validate();
+    LS_REQUIRE(r.max_new_tokens >= 0, ErrorKind::kInvalidArgument, "max_new_tokens must be >= 0, got {}",
+               r.max_new_tokens);
+  } catch (const nlohmann::json::exception& e) {
+    LS_FAIL(ErrorKind::kInvalidArgument, "{}: a setting has the wrong type: {}", where, e.what());
+  } catch (const Error& e) {
+    LS_FAIL(ErrorKind::kInvalidArgument, "{}: {}", where, e.what());
+  }
+  return r;
+}
+
 // --prompts-file: one request a line, a JSON object holding "prompt" (text,
 // taken as --prompt is, --chat, --system and --no-special-tokens included),
 // "prompt_ids" (a list of ids) or "messages" (a conversation, as --messages);
-// blank lines skipped. The ids of each, in order.
-std::vector<std::vector<int32_t>> read_prompts_file(const ModelRunConfig& c, const TextOptions& t,
-                                                    std::optional<Tokenizer>& tokenizer) {
+// blank lines skipped; optional "max_new_tokens", "temperature", "top_k",
+// "top_p", "seed" override the command line's for that request. The requests
+// in order, their sampling bits drawn for their line's index (so they do not
+// depend on the waves).
+std::vector<GenerationRequest> read_prompts_file(const ModelRunConfig& c, const TextOptions& t,
+                                                 const GenerationRequest& shared, std::optional<Tokenizer>& tokenizer) {
   std::ifstream in(t.prompts_file, std::ios::binary);
   LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read --prompts-file {}", t.prompts_file);
-  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerationRequest> requests;
   std::string text;
   for (int number = 1; std::getline(in, text); ++number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -170,6 +194,9 @@ std::vector<std::vector<int32_t>> read_prompts_file(const ModelRunConfig& c, con
                                        : 0;
     LS_REQUIRE(kinds == 1, ErrorKind::kInvalidArgument,
                "{}: expected an object with one of \"prompt\", \"prompt_ids\", \"messages\"", where());
+    requests.push_back(request_settings(line, shared, where()));
+    requests.back().sampling_sequence = static_cast<int64_t>(requests.size() - 1);
+    std::vector<int32_t>& prompt = requests.back().prompt;
     if (line.contains("prompt_ids")) {
       LS_REQUIRE(line["prompt_ids"].is_array(), ErrorKind::kInvalidArgument, "{}: prompt_ids must be a list", where());
       std::vector<int32_t> ids;
@@ -178,27 +205,27 @@ std::vector<std::vector<int32_t>> read_prompts_file(const ModelRunConfig& c, con
                    ErrorKind::kInvalidArgument, "{}: prompt_ids must be a list of token ids", where());
         ids.push_back(id.get<int32_t>());
       }
-      prompts.push_back(std::move(ids));
+      prompt = std::move(ids);
       continue;
     }
     if (!tokenizer) tokenizer.emplace(load_tokenizer(c, t));
     if (line.contains("messages")) {
       LS_REQUIRE(line["messages"].is_array() && !line["messages"].empty(), ErrorKind::kInvalidArgument,
                  "{}: messages must be a non-empty list", where());
-      prompts.push_back(tokenizer->encode(render_conversation(t.chat, c.engine.model_dir, line["messages"])));
+      prompt = tokenizer->encode(render_conversation(t.chat, c.engine.model_dir, line["messages"]));
       continue;
     }
     LS_REQUIRE(line["prompt"].is_string(), ErrorKind::kInvalidArgument, "{}: prompt must be a string", where());
-    const std::string prompt = line["prompt"].get<std::string>();
+    const std::string text_prompt = line["prompt"].get<std::string>();
     if (t.chat.chat) {
-      prompts.push_back(tokenizer->encode(render_chat(t.chat, c.engine.model_dir, prompt)));
+      prompt = tokenizer->encode(render_chat(t.chat, c.engine.model_dir, text_prompt));
     } else {
-      prompts.push_back(tokenizer->encode(prompt));
-      if (!t.no_special_tokens) prompts.back() = tokenizer->with_special_tokens(prompts.back());
+      prompt = tokenizer->encode(text_prompt);
+      if (!t.no_special_tokens) prompt = tokenizer->with_special_tokens(prompt);
     }
   }
-  LS_REQUIRE(!prompts.empty(), ErrorKind::kInvalidArgument, "--prompts-file {} holds no prompts", t.prompts_file);
-  return prompts;
+  LS_REQUIRE(!requests.empty(), ErrorKind::kInvalidArgument, "--prompts-file {} holds no prompts", t.prompts_file);
+  return requests;
 }
 
 // Runs the requests of --prompts-file in waves of --max-batch (default: all of
@@ -211,23 +238,22 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   LS_REQUIRE(text.chat.messages_file.empty(), ErrorKind::kInvalidArgument,
              "give exactly one of --prompt-ids, --prompt, --prompt-file, --messages, --prompts-file");
   std::optional<Tokenizer> tokenizer;
-  const std::vector<std::vector<int32_t>> prompts = read_prompts_file(c, text, tokenizer);
+  std::vector<GenerationRequest> requests = read_prompts_file(c, text, base, tokenizer);
   if (c.max_batch_option == nullptr || c.max_batch_option->count() == 0)
-    c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(prompts.size()), 32);
+    c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(requests.size()), 32);
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
-  GenerationRequest shared = base;
-  if (!stop.ids.empty()) shared.stop_ids = parse_id_list(stop.ids, "--stop-ids");
-  else if (!stop.ignore_eos) shared.stop_ids = engine.config().eos_token_ids;
+  std::vector<int32_t> stop_ids;
+  if (!stop.ids.empty()) stop_ids = parse_id_list(stop.ids, "--stop-ids");
+  else if (!stop.ignore_eos) stop_ids = engine.config().eos_token_ids;
+  for (GenerationRequest& r : requests) r.stop_ids = stop_ids;
   Generator generator(engine.group(), !c.engine.sync_steps);
   const auto wave = static_cast<size_t>(c.engine.max_batch);
-  for (size_t begin = 0; begin < prompts.size(); begin += wave) {
-    std::vector<GenerationRequest> requests;
-    for (size_t i = begin; i < std::min(prompts.size(), begin + wave); ++i) {
-      requests.push_back(shared);
-      requests.back().prompt = prompts[i];
-    }
-    const std::vector<GenerationOutput> out = generator.generate(requests, false);
+  for (size_t begin = 0; begin < requests.size(); begin += wave) {
+    const std::vector<GenerationRequest> batch(requests.begin() + static_cast<std::ptrdiff_t>(begin),
+                                               requests.begin() + static_cast<std::ptrdiff_t>(
+                                                                      std::min(requests.size(), begin + wave)));
+    const std::vector<GenerationOutput> out = generator.generate(batch, false);
     if (world().rank != 0) continue;
     for (size_t k = 0; k < out.size(); ++k) {
       nlohmann::ordered_json line = {{"index", begin + k}, {"ids", out[k].tokens}};

@@ -201,6 +201,24 @@ TEST_F(Cli, PromptsFileRunsEveryLineAsOneBatch) {
                                 dir_ / "tp2");
   EXPECT_EQ(tp2.exit_code, 0) << tp2.err;
   EXPECT_EQ(tp2.out, all.out);
+  // A line's own settings; sampled tokens do not depend on the waves (each
+  // line draws its bits as sequence number = its index).
+  std::ofstream(file) << R"({"prompt_ids": [1, 2, 3], "temperature": 1.0, "top_k": 50, "seed": 7})" << "\n"
+                      << R"({"prompt_ids": [4], "temperature": 0.8, "seed": 3})" << "\n"
+                      << R"({"prompt_ids": [4], "max_new_tokens": 2})" << "\n";
+  const CommandResult sampled = generate(model, common + "--prompts-file " + file);
+  ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
+  EXPECT_EQ(generate(model, common + "--max-batch 1 --prompts-file " + file).out, sampled.out);
+  std::istringstream sampled_lines(sampled.out);
+  std::string first, second, third;
+  std::getline(sampled_lines, first);
+  std::getline(sampled_lines, second);
+  std::getline(sampled_lines, third);
+  const nlohmann::json first_line = nlohmann::json::parse(first);
+  std::string ids0;
+  for (const auto& id : first_line["ids"]) ids0 += (ids0.empty() ? "" : " ") + std::to_string(id.get<int>());
+  EXPECT_EQ(ids0 + "\n", alone("--prompt-ids 1,2,3 --temperature 1 --top-k 50 --seed 7"));
+  EXPECT_EQ(nlohmann::json::parse(third)["ids"].size(), 2u);
 }
 
 TEST_F(Cli, PromptsFileErrorsNameTheLine) {
@@ -216,6 +234,9 @@ TEST_F(Cli, PromptsFileErrorsNameTheLine) {
   expect_clean_failure(with_lines("{\"prompt_ids\": \"1,2\"}\n"), {"line 1", "prompt_ids must be a list"});
   expect_clean_failure(with_lines("{\"prompt_ids\": [1, -5]}\n"), {"outside the vocabulary"});
   expect_clean_failure(with_lines("\n\n"), {"holds no prompts"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"temperature\": -1}\n"), {"line 1", "temperature"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"max_new_tokens\": \"x\"}\n"), {"line 1", "wrong type"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"max_new_tokens\": -3}\n"), {"line 1", "max_new_tokens"});
   expect_clean_failure(generate(model, "--prompts-file " + (dir_ / "none.jsonl").string()), {"none.jsonl"});
   std::ofstream(dir_ / "ok.jsonl") << "{\"prompt_ids\": [1]}\n";
   expect_clean_failure(generate(model, "--prompt-ids 1 --prompts-file " + (dir_ / "ok.jsonl").string()),
