@@ -102,6 +102,7 @@ TEST(ChatTemplate, RefusesWhatItCannotRenderByName) {
   expect_template_error("{% set x = 1 %}{% set x.y = 2 %}", "not a namespace");
   expect_template_error("{% for x in 5 %}{% endfor %}", "not iterable");
   expect_template_error("{{ 1 // 0 }}", "division by zero");
+  expect_template_error("{{ 1 < 2 < 3 }}", "chained comparison");
   expect_template_error("{{ raise_exception('no system role, please') }}", "no system role, please",
                         ErrorKind::kInvalidArgument);
   // Still one line when what is quoted holds newlines.

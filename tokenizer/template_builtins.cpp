@@ -203,8 +203,12 @@ Value dict_method(const Value& d, const std::string& name) {
     return Value::from(F([d, name](const CallArgs&) {
       List out;
       for (const auto& [k, v] : *d.dict) {
-        if (name == "items") out.push_back(Value::from(List{Value::from(k), v}));
-        else out.push_back(name == "keys" ? Value::from(k) : v);
+        if (name == "items") {
+          out.push_back(Value::from(List{Value::from(k), v}));
+          out.back().is_tuple = true;  // Python's (key, value)
+        } else {
+          out.push_back(name == "keys" ? Value::from(k) : v);
+        }
       }
       return Value::from(std::move(out));
     }));

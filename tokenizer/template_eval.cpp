@@ -407,7 +407,9 @@ Value Renderer::eval(const Expr& e, Scope& scope) {
     case Expr::Kind::kList: {
       List l;
       for (const auto& a : e.args) l.push_back(eval(*a, scope));
-      return Value::from(std::move(l));
+      Value v = Value::from(std::move(l));
+      v.is_tuple = e.name == "tuple";
+      return v;
     }
     case Expr::Kind::kDict: return dict_literal(e, scope);
     case Expr::Kind::kAttr: return attribute(eval(*e.args[0], scope), e.name, e.line);

@@ -40,6 +40,7 @@ struct Value {
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Function> function;
   bool is_namespace = false;  // a namespace() object: the one dict `set x.attr` may change
+  bool is_tuple = false;      // a list written (a, b): shown as Python shows a tuple
   std::string undefined_name;  // what an undefined value was looked up as (for errors)
 
   static Value undefined(std::string name = "");

@@ -265,9 +265,9 @@ class ExprParser {
   ExprPtr tuple_or_expression() {
     ExprPtr first = expression();
     if (!is_op(",")) return first;
-    auto list = node(Expr::Kind::kList, "");
+    auto list = node(Expr::Kind::kList, "tuple");
     list->args.push_back(std::move(first));
-    while (skip_op(",") && !at_end()) list->args.push_back(expression());
+    while (skip_op(",") && !at_end() && !is_op(")")) list->args.push_back(expression());  // (a,) is a tuple too
     return list;
   }
 
@@ -321,6 +321,10 @@ class ExprParser {
         return e;
       }
       e = node(Expr::Kind::kBinary, op, std::move(e), additive());
+      // Python reads a < b < c as a < b and b < c; refused rather than read as (a < b) < c.
+      for (const char* next : {"==", "!=", "<", ">", "<=", ">="})
+        if (is_op(next) || is_name("in") || (is_name("not") && is_name("in", 1)))
+          fail(fmt::format("chained comparison ('{}' after '{}') is not supported: use 'and'", peek().text, op));
     }
   }
   ExprPtr additive() {
@@ -399,7 +403,7 @@ ExprPtr ExprParser::primary() {
     case Token::Kind::kOp: break;
   }
   if (t.text == "(") {
-    if (skip_op(")")) return node(Expr::Kind::kList, "");
+    if (skip_op(")")) return node(Expr::Kind::kList, "tuple");
     ExprPtr e = tuple_or_expression();
     expect_op(")");
     return e;

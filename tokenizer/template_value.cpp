@@ -256,8 +256,9 @@ std::string python_repr(const Value& v) {
   switch (v.kind) {
     case Value::Kind::kString: return string_repr(v.string);
     case Value::Kind::kList: {
-      std::string out = "[";
+      std::string out = v.is_tuple ? "(" : "[";
       for (size_t i = 0; i < v.list->size(); ++i) out += (i > 0 ? ", " : "") + python_repr((*v.list)[i]);
+      if (v.is_tuple) return out + (v.list->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Value::Kind::kDict: {
@@ -292,7 +293,7 @@ bool equal(const Value& a, const Value& b) {
              (b.kind == Value::Kind::kBool ? b.boolean : b.integer);
     return a.as_double() == b.as_double();
   }
-  if (a.kind != b.kind) return false;
+  if (a.kind != b.kind || a.is_tuple != b.is_tuple) return false;  // Python: (1, 2) != [1, 2]
   switch (a.kind) {
     case Value::Kind::kUndefined:
     case Value::Kind::kNone: return true;
