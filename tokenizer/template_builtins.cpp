@@ -103,17 +103,65 @@ List split(const std::string& s, const Value& sep, int64_t maxsplit, bool from_r
   return out;
 }
 
+// Python's full case mappings that utf8proc's one-to-one ones lack (SpecialCasing.txt's
+// unconditional entries for Latin): ß and the Latin ligatures, and İ lowered.
+const char32_t* special_case(char32_t c, bool to_upper, bool title) {
+  struct Entry {
+    char32_t c;
+    const char32_t* upper;
+    const char32_t* title;
+  };
+  static constexpr Entry kEntries[] = {{0xDF, U"SS", U"Ss"},    {0xFB00, U"FF", U"Ff"},   {0xFB01, U"FI", U"Fi"},
+                                       {0xFB02, U"FL", U"Fl"},  {0xFB03, U"FFI", U"Ffi"}, {0xFB04, U"FFL", U"Ffl"},
+                                       {0xFB05, U"ST", U"St"},  {0xFB06, U"ST", U"St"}};
+  if (!to_upper) return c == 0x130 ? U"i\u0307" : nullptr;
+  for (const Entry& e : kEntries)
+    if (e.c == c) return title ? e.title : e.upper;
+  return nullptr;
+}
+
+// Python's str.lower / upper / capitalize / title.
 std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 capitalize, 3 title
-  std::u32string text = code_points(s);
+  const std::u32string text = code_points(s);
+  std::u32string out;
   bool previous_cased = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const auto c = static_cast<utf8proc_int32_t>(text[i]);
-    bool upper = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && !previous_cased);
-    text[i] = static_cast<char32_t>(upper ? utf8proc_toupper(c) : utf8proc_tolower(c));
+    const bool title = (mode == 2 && i == 0) || (mode == 3 && !previous_cased);
+    const bool to_upper = mode == 1 || title;
+    if (const char32_t* special = special_case(text[i], to_upper, title)) {
+      out += special;
+    } else {
+      out.push_back(static_cast<char32_t>(title ? utf8proc_totitle(c) : to_upper ? utf8proc_toupper(c) : utf8proc_tolower(c)));
+    }
     previous_cased = utf8proc_toupper(c) != utf8proc_tolower(c) || utf8proc_category(c) == UTF8PROC_CATEGORY_LL ||
-                     utf8proc_category(c) == UTF8PROC_CATEGORY_LU;
+                     utf8proc_category(c) == UTF8PROC_CATEGORY_LU || utf8proc_category(c) == UTF8PROC_CATEGORY_LT;
   }
-  return utf8(text);
+  return utf8(out);
+}
+
+// Jinja's title filter (not str.title): each piece between runs of "-",
+// whitespace, "(", "{", "[", "<" gets its first character upper-cased and the
+// rest lower-cased.
+std::string title_filter(const std::string& s) {
+  const std::u32string text = code_points(s);
+  const auto separator = [](char32_t c) {
+    return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || python_isspace(c);
+  };
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const size_t begin = i;
+    const bool sep = separator(text[i]);
+    while (i < text.size() && separator(text[i]) == sep) ++i;
+    const std::string piece = utf8(text.substr(begin, i - begin));
+    if (sep) {
+      out += piece;
+    } else {
+      const std::u32string p = code_points(piece);
+      out += map_case(utf8(p.substr(0, 1)), 1) + map_case(utf8(p.substr(1)), 0);
+    }
+  }
+  return out;
 }
 
 std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
@@ -336,9 +384,9 @@ std::optional<Value> text_filter(const std::string& name, const Value& input, co
   }
   if (name == "string") return Value::from(python_str(input));
   if (name == "safe") return input;
-  if (name == "lower" || name == "upper" || name == "capitalize" || name == "title")
-    return Value::from(map_case(python_str(input),
-                                name == "lower" ? 0 : name == "upper" ? 1 : name == "capitalize" ? 2 : 3));
+  if (name == "title") return Value::from(title_filter(python_str(input)));
+  if (name == "lower" || name == "upper" || name == "capitalize")
+    return Value::from(map_case(python_str(input), name == "lower" ? 0 : name == "upper" ? 1 : 2));
   if (name == "replace")
     return Value::from(replace(python_str(input), string_arg(a, 0, "old", "replace"),
                                string_arg(a, 1, "new", "replace"), int_arg(a, 2, "count", -1)));

@@ -232,12 +232,12 @@ void bind_targets(const std::vector<std::string>& targets, const Value& v, Scope
 
 Flow Renderer::for_loop(const Node& n, Scope& scope, std::string& out) {
   List items = iteration_items(eval(*n.exprs[0], scope), n.line);
-  Scope loop_scope(&scope);
   if (n.has_filter) {
     List kept;
     for (const Value& v : items) {
-      bind_targets(n.targets, v, loop_scope, n.line);
-      if (eval(*n.exprs[1], loop_scope).truthy()) kept.push_back(v);
+      Scope filter_scope(&scope);
+      bind_targets(n.targets, v, filter_scope, n.line);
+      if (eval(*n.exprs[1], filter_scope).truthy()) kept.push_back(v);
     }
     items = std::move(kept);
   }
@@ -245,6 +245,8 @@ Flow Renderer::for_loop(const Node& n, Scope& scope, std::string& out) {
   for (int64_t i = 0; i < length; ++i) {
     if (++iterations_ > kMaxLoopIterations)
       template_error(fmt::format("more than {} loop iterations (line {})", kMaxLoopIterations, n.line));
+    // Each iteration starts from the enclosing scope: what one sets, the next does not see (as in Jinja2).
+    Scope loop_scope(&scope);
     bind_targets(n.targets, items[static_cast<size_t>(i)], loop_scope, n.line);
     Dict loop = {{"index", Value::from(i + 1)},
                  {"index0", Value::from(i)},
