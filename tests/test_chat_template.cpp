@@ -99,6 +99,7 @@ TEST(ChatTemplate, RefusesWhatItCannotRenderByName) {
   expect_template_error("\n\n{{ 'a' + 1 }}", "unsupported operand types for +: 'string' and 'integer' (line 3)");
   expect_template_error("{{ nothing.attr }}", "'nothing' is undefined");
   expect_template_error("{{ messages[5].content }}", "is undefined");
+  expect_template_error("{{ none.strip() }}", "a none has no attribute 'strip' (line 1)");
   expect_template_error("{% set x = 1 %}{% set x.y = 2 %}", "not a namespace");
   expect_template_error("{% for x in 5 %}{% endfor %}", "not iterable");
   expect_template_error("{{ 1 // 0 }}", "division by zero");

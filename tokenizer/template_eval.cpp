@@ -43,9 +43,12 @@ class Scope {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// An undefined value used where a value is needed. Its name is what it was
+// looked up as, or (holding a space) the whole reason, e.g. "a none has no attribute 'strip'".
 [[noreturn]] void undefined_error(const Value& v, int line) {
-  template_error(fmt::format("'{}' is undefined (line {})", v.undefined_name.empty() ? "value" : v.undefined_name,
-                             line));
+  const std::string& name = v.undefined_name;
+  if (name.find(' ') != std::string::npos) template_error(fmt::format("{} (line {})", name, line));
+  template_error(fmt::format("'{}' is undefined (line {})", name.empty() ? "value" : name, line));
 }
 
 // Python's index into a sequence of `size` (negative from the end); -1 when outside.
@@ -318,7 +321,8 @@ Value Renderer::attribute(const Value& obj, const std::string& name, int line) {
   Value m = method(obj, name);
   if (!m.is_undefined()) return m;
   if (const Value* v = obj.find(name)) return *v;
-  return Value::undefined(name);
+  if (obj.kind == Value::Kind::kDict) return Value::undefined(name);
+  return Value::undefined(fmt::format("a {} has no attribute '{}'", kind_name(obj.kind), name));
 }
 
 Value Renderer::item(const Value& obj, const Value& key, int line) {
