@@ -228,9 +228,17 @@ std::vector<GenerationRequest> read_prompts_file(const ModelRunConfig& c, const 
   return requests;
 }
 
+std::vector<int32_t> without_special_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> kept;
+  for (int32_t id : ids)
+    if (!tokenizer.is_special(id)) kept.push_back(id);
+  return kept;
+}
+
 // Runs the requests of --prompts-file in waves of --max-batch (default: all of
 // them, up to 32), printing one JSON line per request in the file's order:
-// {"index", "ids", "text" (when a tokenizer was used), "stopped"}.
+// {"index", "ids", "text" (when a tokenizer was used; special tokens left
+// out, as in the streamed text), "stopped"}.
 int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const StopOptions& stop,
                        const TextOptions& text) {
   LS_REQUIRE(c.dump_logits.empty(), ErrorKind::kInvalidArgument, "--dump-logits takes one prompt, not --prompts-file");
@@ -257,7 +265,7 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
     if (world().rank != 0) continue;
     for (size_t k = 0; k < out.size(); ++k) {
       nlohmann::ordered_json line = {{"index", begin + k}, {"ids", out[k].tokens}};
-      if (tokenizer) line["text"] = tokenizer->decode(out[k].tokens);
+      if (tokenizer) line["text"] = tokenizer->decode(without_special_tokens(*tokenizer, out[k].tokens));
       line["stopped"] = out[k].stopped;
       std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }
@@ -283,8 +291,9 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   // Rank 0 streams the text as tokens arrive, holding back incomplete UTF-8.
   std::optional<StreamDecoder> stream;
   if (tokenizer && world().rank == 0) stream.emplace(*tokenizer);
+  // Special tokens (an eos, <|im_end|>) are not shown, as vLLM and transformers' skip_special_tokens do.
   auto on_token = [&](size_t, int32_t id) {
-    if (stream) std::cout << stream->push(id) << std::flush;
+    if (stream && !tokenizer->is_special(id)) std::cout << stream->push(id) << std::flush;
   };
   std::vector<GenerationOutput> out = generator.generate({request}, keep_logits, on_token);
   if (world().rank == 0) {

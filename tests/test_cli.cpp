@@ -119,7 +119,8 @@ TEST_F(Cli, TextPromptGoesThroughTheModelsTokenizer) {
   StreamDecoder decoder(tokenizer);
   std::istringstream out(by_ids.out);
   std::string expected;
-  for (int32_t id; out >> id;) expected += decoder.push(id);
+  for (int32_t id; out >> id;)
+    if (!tokenizer.is_special(id)) expected += decoder.push(id);  // not shown in the text
   expected += decoder.flush();
   CommandResult by_text = generate(model, "--prompt 'Once upon a time' --max-new-tokens 6 --ignore-eos");
   CommandResult by_file = generate(model, "--prompt-file " + (dir_ / "prompt.txt").string() +
@@ -127,6 +128,44 @@ TEST_F(Cli, TextPromptGoesThroughTheModelsTokenizer) {
   ASSERT_EQ(by_text.exit_code, 0) << by_text.err;
   EXPECT_EQ(by_text.out, expected + "\n");
   EXPECT_EQ(by_file.out, expected + "\n");
+}
+
+// Special tokens are left out of the streamed text (as vLLM's and
+// transformers' skip_special_tokens): the first generated token is made a
+// special added token, and the text is then the other tokens' alone.
+TEST_F(Cli, SpecialTokensAreNotShownInText) {
+  auto model = make_model("m");
+  const std::string args = "--prompt 'Once upon a time' --max-new-tokens 6 --ignore-eos";
+  const CommandResult ids = generate(model, "--prompt-ids " + [&] {
+    std::vector<int32_t> p = Tokenizer::load(model).encode("Once upon a time");
+    std::string csv;
+    for (int32_t id : p) {
+      if (!csv.empty()) csv += ',';
+      csv += std::to_string(id);
+    }
+    return csv;
+  }() + " --max-new-tokens 6 --ignore-eos");
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  std::istringstream in(ids.out);
+  std::vector<int32_t> generated;
+  for (int32_t id; in >> id;) generated.push_back(id);
+  ASSERT_EQ(generated.size(), 6u);
+  nlohmann::json tok = nlohmann::json::parse(read_file(model / "tokenizer.json"));
+  tok["added_tokens"].push_back({{"id", generated[0]}, {"content", "<|marker|>"}, {"special", true},
+                                 {"single_word", false}, {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
+  std::ofstream(model / "tokenizer.json") << tok.dump();
+  const CommandResult text = generate(model, args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out.find("<|marker|>"), std::string::npos) << text.out;
+  Tokenizer tokenizer = Tokenizer::load(model);
+  ASSERT_TRUE(tokenizer.is_special(generated[0]));
+  std::vector<int32_t> shown;
+  for (int32_t id : generated)
+    if (id != generated[0]) shown.push_back(id);
+  StreamDecoder decoder(tokenizer);
+  std::string expected;
+  for (int32_t id : shown) expected += decoder.push(id);
+  EXPECT_EQ(text.out, expected + decoder.flush() + "\n");
 }
 
 TEST_F(Cli, GenerationStopsAtTheEosId) {
@@ -362,7 +401,8 @@ TEST_F(Cli, TextPromptGetsThePostProcessorsBos) {
     StreamDecoder decoder(tokenizer);
     std::istringstream in(ids_out);
     std::string text;
-    for (int32_t id; in >> id;) text += decoder.push(id);
+    for (int32_t id; in >> id;)
+      if (!tokenizer.is_special(id)) text += decoder.push(id);  // not shown in the text
     return text + decoder.flush() + "\n";
   };
   CommandResult by_text = generate(model, std::string("--prompt 'Once upon a time'").append(args));
