@@ -1,17 +1,30 @@
-// Chat options shared by `generate` and `apply-chat-template`, and the
-// `apply-chat-template` subcommand itself:
+// Chat options shared by `generate` and `apply-chat-template`, and two
+// subcommands:
 //
 //   lockstep apply-chat-template --model DIR --prompt "Hi" [--system S]
 //   lockstep apply-chat-template --model DIR --messages chat.json [--no-generation-prompt]
 //
 // prints the model's chat template rendered over the conversation, as
-// transformers' apply_chat_template(tokenize=False) does, nothing added.
+// transformers' apply_chat_template(tokenize=False) does, nothing added;
+//
+//   [mpirun -np N] lockstep chat --model DIR [--system S]
+//
+// a conversation on standard input: each line a user turn, each reply
+// streamed as it is generated; /reset starts again, /exit (or the end of
+// the input) ends. Under mpirun, rank 0 reads and every rank generates.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <iostream>
 #include <memory>
 
 #include "common/error.h"
+#include "engine/generate.h"
 #include "launch/commands.h"
+#include "launch/world.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lockstep::cli {
 
@@ -85,9 +98,105 @@ int run_apply(const ApplyOptions& o) {
   return 0;
 }
 
+struct ChatSession {
+  ModelRunConfig model;
+  ChatOptions chat;
+  std::string tokenizer;
+  GenerationRequest request;
+  std::string stop_ids;
+};
+
+// The next user line, read by rank 0 and sent to every rank; nullopt at the
+// end of the input or /exit. The other ranks wait without a deadline.
+std::optional<std::string> next_user_line(Communicator& comm) {
+  std::string line;
+  int64_t length = -1;
+  if (comm.rank() == 0) {
+    if (::isatty(STDIN_FILENO)) std::cout << "> " << std::flush;
+    if (std::getline(std::cin, line) && line != "/exit" && line != "/quit") length = static_cast<int64_t>(line.size());
+  }
+  comm.broadcast_unhurried(&length, sizeof(length), 0);
+  if (length < 0) return std::nullopt;
+  line.resize(static_cast<size_t>(length));
+  if (length > 0) comm.broadcast(line.data(), length, 0);
+  return line;
+}
+
+int run_chat(ChatSession& s) {
+  s.model.engine.diag = Diagnostics::parse(s.model.diag);
+  s.model.engine.collective_timeout_s = world().collective_timeout_s;
+  s.request.sampling.validate();
+  LS_REQUIRE(s.request.max_new_tokens > 0, ErrorKind::kInvalidArgument, "--max-new-tokens must be > 0, got {}",
+             s.request.max_new_tokens);
+  const Tokenizer tokenizer = Tokenizer::load(s.tokenizer.empty() ? s.model.engine.model_dir / "tokenizer.json"
+                                                                  : std::filesystem::path(s.tokenizer));
+  s.chat.chat = true;
+  nlohmann::ordered_json start = nlohmann::ordered_json::array();
+  if (!s.chat.messages_file.empty()) start = read_messages_file(s.chat.messages_file);
+  if (!s.chat.system.empty()) start.insert(start.begin(), {{"role", "system"}, {"content", s.chat.system}});
+  render_conversation(s.chat, s.model.engine.model_dir, start);  // a bad template fails before loading
+  log_start("chat", s.model);
+  Engine engine(s.model.engine, *world().comm);
+  std::vector<int32_t> stop = s.stop_ids.empty() ? engine.config().eos_token_ids : parse_id_list(s.stop_ids, "--stop-ids");
+  Generator generator(engine.group(), !s.model.engine.sync_steps);
+  const int64_t context = engine.group().runner().limits().max_seq;
+  nlohmann::ordered_json messages = start;
+  for (int64_t turn = 0;; ++turn) {
+    std::optional<std::string> line = next_user_line(*world().comm);
+    if (!line) break;
+    if (*line == "/reset") {
+      messages = start;
+      continue;
+    }
+    messages.push_back({{"role", "user"}, {"content", *line}});
+    GenerationRequest r = s.request;
+    r.prompt = tokenizer.encode(render_conversation(s.chat, s.model.engine.model_dir, messages));
+    r.stop_ids = stop;
+    r.sampling_sequence = turn;
+    r.max_new_tokens = std::min(r.max_new_tokens, context - static_cast<int64_t>(r.prompt.size()));
+    if (r.max_new_tokens <= 0) {  // every rank sees the same lengths, so every rank skips the turn
+      if (world().rank == 0)
+        spdlog::error("the conversation ({} tokens) fills the context ({}): /reset to start again", r.prompt.size(),
+                      context);
+      messages.erase(messages.end() - 1);
+      continue;
+    }
+    // The reply as text on every rank (valid UTF-8, special tokens left out), streamed by rank 0.
+    StreamDecoder decoder(tokenizer);
+    std::string reply;
+    generator.generate({r}, false, [&](size_t, int32_t id) {
+      if (tokenizer.is_special(id)) return;
+      const std::string piece = decoder.push(id);
+      reply += piece;
+      if (world().rank == 0) std::cout << piece << std::flush;
+    });
+    const std::string tail = decoder.flush();
+    reply += tail;
+    if (world().rank == 0) std::cout << tail << std::endl;
+    messages.push_back({{"role", "assistant"}, {"content", reply}});
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_chat_command(CLI::App& root, CommandTable& table) {
+  auto session = std::make_shared<ChatSession>();
+  CLI::App* c = root.add_subcommand("chat", "a conversation on standard input, one line a user turn");
+  add_engine_options(c, session->model);
+  add_chat_options(c, session->chat, false);
+  c->add_option("--tokenizer", session->tokenizer, "tokenizer.json (default: the model folder's)");
+  session->request.max_new_tokens = 512;
+  c->add_option("--max-new-tokens", session->request.max_new_tokens, "most tokens a reply (fewer when the context fills)")
+      ->capture_default_str();
+  c->add_option("--temperature", session->request.sampling.temperature, "0 = greedy")->capture_default_str();
+  c->add_option("--top-k", session->request.sampling.top_k, "0 = no limit")->capture_default_str();
+  c->add_option("--top-p", session->request.sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
+  c->add_option("--seed", session->request.sampling.seed, "sampling seed")->capture_default_str();
+  c->add_option("--stop-ids", session->stop_ids, "comma-separated ids that end a reply (default: the model's eos ids)");
+  c->add_flag("--sync-steps", session->model.engine.sync_steps, "queue each decode step only once the last one's tokens are in");
+  table.add(c, [session] { return run_chat(*session); });
+
   auto o = std::make_shared<ApplyOptions>();
   CLI::App* a = root.add_subcommand("apply-chat-template",
                                     "print the model's chat template rendered over a conversation");

@@ -20,17 +20,6 @@
 
 namespace lockstep::cli {
 
-namespace {
-
-// Options every model-running subcommand shares.
-struct ModelRunConfig {
-  EngineOptions engine;
-  std::string diag;
-  std::string prompt_ids;
-  std::string dump_logits;
-  CLI::Option* max_batch_option = nullptr;  // given on the command line or not
-};
-
 void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_option("--model", c.engine.model_dir, "Hugging Face model folder")->required();
   c.engine.backend = default_backend();
@@ -87,6 +76,8 @@ std::vector<int32_t> parse_id_list(const std::string& text, const char* option) 
 void log_start(const char* what, const ModelRunConfig& c) {
   spdlog::info("{}: {} ranks; {}", what, world().size, c.engine.summary());
 }
+
+namespace {
 
 struct StopOptions {
   std::string ids;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "engine/engine.h"
 
 namespace lockstep::cli {
 
@@ -60,6 +61,19 @@ std::string render_chat(const ChatOptions& c, const std::filesystem::path& model
 // `messages` (a JSON list) through the template --chat-template / the model's, with --chat-template-kwargs.
 std::string render_conversation(const ChatOptions& c, const std::filesystem::path& model_dir,
                                 const nlohmann::ordered_json& messages);
+
+// Options every model-running subcommand shares (cmd_model.cpp).
+struct ModelRunConfig {
+  EngineOptions engine;
+  std::string diag;
+  std::string prompt_ids;
+  std::string dump_logits;
+  CLI::Option* max_batch_option = nullptr;  // given on the command line or not
+};
+void add_engine_options(CLI::App* cmd, ModelRunConfig& c);
+// "1,2,3" -> ids; fails naming `option` on anything else.
+std::vector<int32_t> parse_id_list(const std::string& text, const char* option);
+void log_start(const char* what, const ModelRunConfig& c);
 
 void add_model_commands(CLI::App& root, CommandTable& table);     // generate, score, bench
 void add_chat_command(CLI::App& root, CommandTable& table);        // apply-chat-template

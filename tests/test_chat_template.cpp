@@ -190,7 +190,10 @@ TEST_F(ChatCli, GenerateWithChatTokenizesTheRenderedConversation) {
   // generate --chat: the ids of the rendered text, no other special tokens.
   const std::vector<int32_t> ids = Tokenizer::load(model).encode(rendered.out);
   std::string csv;
-  for (int32_t id : ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+  for (int32_t id : ids) {
+    if (!csv.empty()) csv += ',';
+    csv += std::to_string(id);
+  }
   const std::string common = "generate --backend cpu --model " + model.string() + " --max-new-tokens 5 --ignore-eos ";
   const CommandResult by_ids = run(lockstep(common + "--prompt-ids " + csv), dir_ / "ids");
   const CommandResult by_chat =
@@ -210,6 +213,52 @@ TEST_F(ChatCli, GenerateWithChatTokenizesTheRenderedConversation) {
   EXPECT_EQ(by_file.out, by_chat.out) << by_file.err;
 }
 
+// `lockstep chat`: each stdin line a user turn; each reply is what
+// `generate --messages` gives for the conversation so far; /reset and /exit;
+// under mpirun rank 0 reads and the others wait past the collective timeout.
+TEST_F(ChatCli, ChatKeepsTheConversationAcrossTurns) {
+  using namespace testing_cli;
+  const fs::path model = dir_ / "m";
+  ASSERT_EQ(run(lockstep("make-model --arch qwen3 --preset tiny --out " + model.string()), dir_ / "make").exit_code, 0);
+  std::ofstream(model / "tokenizer_config.json")
+      << ordered_json{{"chat_template", read_all(chat_dir() / "templates" / "chatml.jinja")}}.dump();
+  const std::string common = "--backend cpu --model " + model.string() + " --max-new-tokens 6 --log-level error";
+  const auto reply_to = [&](const ordered_json& messages) {
+    std::ofstream(dir_ / "conversation.json") << messages.dump();
+    const CommandResult r =
+        run(lockstep("generate " + common + " --messages " + (dir_ / "conversation.json").string()), dir_ / "gen");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;  // the reply and a newline
+  };
+  const std::string first = reply_to(ordered_json::parse(R"([{"role": "user", "content": "Hi"}])"));
+  ordered_json two_turns = ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  two_turns.push_back({{"role", "assistant"}, {"content", first.substr(0, first.size() - 1)}});
+  two_turns.push_back({{"role", "user"}, {"content", "How are you?"}});
+  const std::string second = reply_to(two_turns);
+  std::ofstream(dir_ / "in.txt") << "Hi\nHow are you?\n";
+  std::string input = " < ";
+  input += (dir_ / "in.txt").string();
+  const CommandResult chat = run(lockstep("chat " + common) + input, dir_ / "chat");
+  ASSERT_EQ(chat.exit_code, 0) << chat.err;
+  EXPECT_EQ(chat.out, first + second);
+  // Rank 0 waits 3 s for the second line, past a 1 s collective timeout: the other rank waits too.
+  std::string slow_input = "sh -c '(echo Hi; sleep 3; echo \"How are you?\") | ";
+  slow_input += mpirun(2);
+  slow_input += lockstep("--collective-timeout 1 chat " + common);
+  slow_input += "'";
+  const CommandResult tp2 = run(slow_input, dir_ / "tp2");
+  EXPECT_EQ(tp2.exit_code, 0) << tp2.err;
+  EXPECT_EQ(tp2.out, chat.out);
+  std::ofstream(dir_ / "in.txt") << "Hi\n/reset\nHi\n/exit\nnot read\n";
+  EXPECT_EQ(run(lockstep("chat " + common) + input, dir_ / "reset").out, first + first);
+  // A turn that does not fit the context is refused with one error line; the session goes on.
+  std::ofstream(dir_ / "in.txt") << std::string(300, 'x') << "\nHi\n";
+  const CommandResult full = run(lockstep("chat " + common + " --max-seq-len 128") + input, dir_ / "full");
+  EXPECT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_NE(full.err.find("fills the context"), std::string::npos) << full.err;
+  EXPECT_EQ(full.out, first);
+}
+
 TEST_F(ChatCli, BadChatInputsFailCleanly) {
   using namespace testing_cli;
   const fs::path model = dir_ / "m";
@@ -223,6 +272,8 @@ TEST_F(ChatCli, BadChatInputsFailCleanly) {
   };
   const std::string gen = "generate --backend cpu --model " + model.string() + " ";
   fails_with(gen + "--chat --prompt hi", "--chat-template");  // no template in the folder
+  fails_with("chat --backend cpu --model " + model.string() + " < /dev/null", "--chat-template");
+  fails_with("chat --backend cpu --model " + model.string() + " --max-new-tokens 0 < /dev/null", "--max-new-tokens");
   fails_with(gen + "--prompt hi --system x", "need --chat");
   fails_with(gen + "--chat --prompt-ids 1,2", "--chat needs");
   std::ofstream(dir_ / "t.jinja") << "{{ messages[0].content }}{% if %}";

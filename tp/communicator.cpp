@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -106,6 +107,20 @@ class MpiCommunicator final : public Communicator {
     for (int64_t done = 0; done < bytes; done += kMaxMpiCount) {
       int n = static_cast<int>(std::min(kMaxMpiCount, bytes - done));
       LS_CHECK_MPI(MPI_Bcast(p + done, n, MPI_BYTE, root, MPI_COMM_WORLD));
+    }
+  }
+
+  void broadcast_unhurried(void* buf, int64_t bytes, int root) override {
+    auto* p = static_cast<uint8_t*>(buf);
+    for (int64_t done = 0; done < bytes; done += kMaxMpiCount) {
+      int n = static_cast<int>(std::min(kMaxMpiCount, bytes - done));
+      MPI_Request request = MPI_REQUEST_NULL;
+      LS_CHECK_MPI(MPI_Ibcast(p + done, n, MPI_BYTE, root, MPI_COMM_WORLD, &request));
+      for (int finished = 0;;) {
+        LS_CHECK_MPI(MPI_Test(&request, &finished, MPI_STATUS_IGNORE));
+        if (finished) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
     }
   }
 

@@ -23,6 +23,10 @@ class Communicator {
   // single-rank communicator copies send to recv with memmove: host memory only.
   virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
   virtual void broadcast(void* buf, int64_t bytes, int root) = 0;
+  // A host broadcast whose root may take as long as a person at a keyboard:
+  // no deadline, and the other ranks sleep between checks instead of
+  // spinning (MPI). By default the plain broadcast.
+  virtual void broadcast_unhurried(void* buf, int64_t bytes, int root) { broadcast(buf, bytes, root); }
   virtual void barrier() = 0;
   // Ends every rank of the job; never returns.
   [[noreturn]] virtual void abort(int exit_code) = 0;
