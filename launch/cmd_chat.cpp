@@ -58,6 +58,10 @@ std::string render_chat(const ChatOptions& c, const std::filesystem::path& model
   return render_conversation(c, model_dir, messages);
 }
 
+ChatTemplate load_chat_template(const ChatOptions& c, const std::filesystem::path& model_dir) {
+  return c.template_file.empty() ? ChatTemplate::load(model_dir) : ChatTemplate::load_file(c.template_file, model_dir);
+}
+
 std::string render_conversation(const ChatOptions& c, const std::filesystem::path& model_dir,
                                 const nlohmann::ordered_json& messages) {
   ChatRenderOptions options;
@@ -71,9 +75,7 @@ std::string render_conversation(const ChatOptions& c, const std::filesystem::pat
     LS_REQUIRE(options.variables.is_object(), ErrorKind::kInvalidArgument,
                "--chat-template-kwargs must be a JSON object, got {}", c.template_kwargs);
   }
-  const ChatTemplate chat_template =
-      c.template_file.empty() ? ChatTemplate::load(model_dir) : ChatTemplate::load_file(c.template_file, model_dir);
-  return chat_template.render(messages, options);
+  return load_chat_template(c, model_dir).render(messages, options);
 }
 
 void check_chat_options(const ChatOptions& c) {
@@ -134,7 +136,7 @@ int run_chat(ChatSession& s) {
   nlohmann::ordered_json start = nlohmann::ordered_json::array();
   if (!s.chat.messages_file.empty()) start = read_messages_file(s.chat.messages_file);
   if (!s.chat.system.empty()) start.insert(start.begin(), {{"role", "system"}, {"content", s.chat.system}});
-  render_conversation(s.chat, s.model.engine.model_dir, start);  // a bad template fails before loading
+  load_chat_template(s.chat, s.model.engine.model_dir);  // a missing or malformed template fails before the weights load
   log_start("chat", s.model);
   Engine engine(s.model.engine, *world().comm);
   std::vector<int32_t> stop = s.stop_ids.empty() ? engine.config().eos_token_ids : parse_id_list(s.stop_ids, "--stop-ids");

@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "engine/engine.h"
+#include "tokenizer/chat_template.h"
 
 namespace lockstep::cli {
 
@@ -58,6 +59,8 @@ void check_chat_options(const ChatOptions& c);
 // The rendered conversation: --messages, or --system and `user_text` as the user's message.
 std::string render_chat(const ChatOptions& c, const std::filesystem::path& model_dir,
                         const std::optional<std::string>& user_text);
+// The template --chat-template names, else the model folder's (parsed: a syntax error fails here).
+ChatTemplate load_chat_template(const ChatOptions& c, const std::filesystem::path& model_dir);
 // `messages` (a JSON list) through the template --chat-template / the model's, with --chat-template-kwargs.
 std::string render_conversation(const ChatOptions& c, const std::filesystem::path& model_dir,
                                 const nlohmann::ordered_json& messages);
