@@ -251,6 +251,10 @@ TEST_F(ChatCli, ChatKeepsTheConversationAcrossTurns) {
   EXPECT_EQ(tp2.out, chat.out);
   std::ofstream(dir_ / "in.txt") << "Hi\n/reset\nHi\n/exit\nnot read\n";
   EXPECT_EQ(run(lockstep("chat " + common) + input, dir_ / "reset").out, first + first);
+  // A template that indexes messages[0] (fine for any real conversation) is accepted.
+  std::ofstream(dir_ / "strict.jinja") << "{% if messages[0].role == 'system' %}S{% endif %}{{ messages[-1].content }}";
+  EXPECT_EQ(run(lockstep("chat " + common + " --chat-template " + (dir_ / "strict.jinja").string()) + input,
+                dir_ / "strict").exit_code, 0);
   // A turn that does not fit the context is refused with one error line; the session goes on.
   std::ofstream(dir_ / "in.txt") << std::string(300, 'x') << "\nHi\n";
   const CommandResult full = run(lockstep("chat " + common + " --max-seq-len 128") + input, dir_ / "full");
