@@ -105,7 +105,7 @@ struct ChatSession {
   ChatOptions chat;
   std::string tokenizer;
   GenerationRequest request;
-  std::string stop_ids;
+  StopOptions stop;
 };
 
 // The next user line, read by rank 0 and sent to every rank; nullopt at the
@@ -130,8 +130,7 @@ int run_chat(ChatSession& s) {
   s.request.sampling.validate();
   LS_REQUIRE(s.request.max_new_tokens > 0, ErrorKind::kInvalidArgument, "--max-new-tokens must be > 0, got {}",
              s.request.max_new_tokens);
-  const Tokenizer tokenizer = Tokenizer::load(s.tokenizer.empty() ? s.model.engine.model_dir / "tokenizer.json"
-                                                                  : std::filesystem::path(s.tokenizer));
+  const Tokenizer tokenizer = load_tokenizer(s.model.engine.model_dir, s.tokenizer);
   s.chat.chat = true;
   nlohmann::ordered_json start = nlohmann::ordered_json::array();
   if (!s.chat.messages_file.empty()) start = read_messages_file(s.chat.messages_file);
@@ -139,7 +138,7 @@ int run_chat(ChatSession& s) {
   load_chat_template(s.chat, s.model.engine.model_dir);  // a missing or malformed template fails before the weights load
   log_start("chat", s.model);
   Engine engine(s.model.engine, *world().comm);
-  std::vector<int32_t> stop = s.stop_ids.empty() ? engine.config().eos_token_ids : parse_id_list(s.stop_ids, "--stop-ids");
+  const std::vector<int32_t> stop = resolve_stop_ids(s.stop, engine.config());
   Generator generator(engine.group(), !s.model.engine.sync_steps);
   const int64_t context = engine.group().runner().limits().max_seq;
   nlohmann::ordered_json messages = start;
@@ -189,13 +188,7 @@ void add_chat_command(CLI::App& root, CommandTable& table) {
   add_chat_options(c, session->chat, false);
   c->add_option("--tokenizer", session->tokenizer, "tokenizer.json (default: the model folder's)");
   session->request.max_new_tokens = 512;
-  c->add_option("--max-new-tokens", session->request.max_new_tokens, "most tokens a reply (fewer when the context fills)")
-      ->capture_default_str();
-  c->add_option("--temperature", session->request.sampling.temperature, "0 = greedy")->capture_default_str();
-  c->add_option("--top-k", session->request.sampling.top_k, "0 = no limit")->capture_default_str();
-  c->add_option("--top-p", session->request.sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
-  c->add_option("--seed", session->request.sampling.seed, "sampling seed")->capture_default_str();
-  c->add_option("--stop-ids", session->stop_ids, "comma-separated ids that end a reply (default: the model's eos ids)");
+  add_generation_options(c, session->request, session->stop, false);  // a reply: fewer tokens when the context fills
   c->add_flag("--sync-steps", session->model.engine.sync_steps, "queue each decode step only once the last one's tokens are in");
   table.add(c, [session] { return run_chat(*session); });
 

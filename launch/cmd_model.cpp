@@ -77,12 +77,29 @@ void log_start(const char* what, const ModelRunConfig& c) {
   spdlog::info("{}: {} ranks; {}", what, world().size, c.engine.summary());
 }
 
-namespace {
+void add_generation_options(CLI::App* cmd, GenerationRequest& request, StopOptions& stop, bool with_ignore_eos) {
+  cmd->add_option("--max-new-tokens", request.max_new_tokens, "tokens to generate (most, with stop ids)")
+      ->capture_default_str();
+  cmd->add_option("--temperature", request.sampling.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", request.sampling.top_k, "0 = no limit")->capture_default_str();
+  cmd->add_option("--top-p", request.sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
+  cmd->add_option("--seed", request.sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--stop-ids", stop.ids, "comma-separated ids that end generation (default: the model's eos ids)");
+  if (with_ignore_eos)
+    cmd->add_flag("--ignore-eos", stop.ignore_eos, "generate --max-new-tokens tokens, ignoring the eos ids");
+}
 
-struct StopOptions {
-  std::string ids;
-  bool ignore_eos = false;
-};
+std::vector<int32_t> resolve_stop_ids(const StopOptions& stop, const ModelConfig& config) {
+  if (!stop.ids.empty()) return parse_id_list(stop.ids, "--stop-ids");
+  return stop.ignore_eos ? std::vector<int32_t>{} : config.eos_token_ids;
+}
+
+Tokenizer load_tokenizer(const std::filesystem::path& model_dir, const std::string& tokenizer_option) {
+  return Tokenizer::load(tokenizer_option.empty() ? model_dir / "tokenizer.json"
+                                                  : std::filesystem::path(tokenizer_option));
+}
+
+namespace {
 
 // A prompt in text (--prompt or --prompt-file) goes through the model's
 // tokenizer.json (or --tokenizer); the output is then streamed as text.
@@ -104,10 +121,6 @@ std::string read_prompt_file(const std::string& path) {
   return s.str();
 }
 
-Tokenizer load_tokenizer(const ModelRunConfig& c, const TextOptions& t) {
-  return Tokenizer::load(t.tokenizer.empty() ? c.engine.model_dir / "tokenizer.json" : std::filesystem::path(t.tokenizer));
-}
-
 // The prompt's ids: --prompt-ids as given, text through the tokenizer (with
 // the post-processor's special tokens unless --no-special-tokens), or a
 // conversation through the chat template (which writes its own special
@@ -123,7 +136,7 @@ std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions&
     request.prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
     return std::nullopt;
   }
-  Tokenizer tokenizer = load_tokenizer(c, t);
+  Tokenizer tokenizer = load_tokenizer(c.engine.model_dir, t.tokenizer);
   std::optional<std::string> text = t.prompt;
   if (!t.prompt_file.empty()) text = read_prompt_file(t.prompt_file);
   if (t.chat.active()) {
@@ -199,7 +212,7 @@ std::vector<GenerationRequest> read_prompts_file(const ModelRunConfig& c, const 
       prompt = std::move(ids);
       continue;
     }
-    if (!tokenizer) tokenizer.emplace(load_tokenizer(c, t));
+    if (!tokenizer) tokenizer.emplace(load_tokenizer(c.engine.model_dir, t.tokenizer));
     if (line.contains("messages")) {
       LS_REQUIRE(line["messages"].is_array() && !line["messages"].empty(), ErrorKind::kInvalidArgument,
                  "{}: messages must be a non-empty list", where());
@@ -242,9 +255,7 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
     c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(requests.size()), 32);
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
-  std::vector<int32_t> stop_ids;
-  if (!stop.ids.empty()) stop_ids = parse_id_list(stop.ids, "--stop-ids");
-  else if (!stop.ignore_eos) stop_ids = engine.config().eos_token_ids;
+  const std::vector<int32_t> stop_ids = resolve_stop_ids(stop, engine.config());
   for (GenerationRequest& r : requests) r.stop_ids = stop_ids;
   Generator generator(engine.group(), !c.engine.sync_steps);
   const auto wave = static_cast<size_t>(c.engine.max_batch);
@@ -275,8 +286,7 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   if (world().rank == 0 && !c.dump_logits.empty()) require_output_path(c.dump_logits, "--dump-logits");
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
-  if (!stop.ids.empty()) request.stop_ids = parse_id_list(stop.ids, "--stop-ids");
-  else if (!stop.ignore_eos) request.stop_ids = engine.config().eos_token_ids;
+  request.stop_ids = resolve_stop_ids(stop, engine.config());
   Generator generator(engine.group(), !c.engine.sync_steps);
   const bool keep_logits = !c.dump_logits.empty();
   // Rank 0 streams the text as tokens arrive, holding back incomplete UTF-8.
@@ -333,13 +343,7 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   add_chat_options(g, text->chat, true);
   g->add_flag("--sync-steps", gen->engine.sync_steps,
               "queue each decode step only once the last one's tokens are in (default: one step ahead)");
-  g->add_option("--max-new-tokens", request->max_new_tokens, "tokens to generate")->capture_default_str();
-  g->add_option("--temperature", request->sampling.temperature, "0 = greedy")->capture_default_str();
-  g->add_option("--top-k", request->sampling.top_k, "0 = no limit")->capture_default_str();
-  g->add_option("--top-p", request->sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
-  g->add_option("--seed", request->sampling.seed, "sampling seed")->capture_default_str();
-  g->add_option("--stop-ids", stop->ids, "comma-separated ids that end generation (default: the model's eos ids)");
-  g->add_flag("--ignore-eos", stop->ignore_eos, "generate --max-new-tokens tokens, ignoring the eos ids");
+  add_generation_options(g, *request, *stop, true);
   g->add_option("--dump-logits", gen->dump_logits, "write [generated, vocab] float32 logits to this .npy");
   table.add(g, [gen, request, stop, text] { return run_generate(*gen, *request, *stop, *text); });
 

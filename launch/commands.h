@@ -17,7 +17,9 @@
 
 #include "common/error.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lockstep::cli {
 
@@ -77,6 +79,19 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c);
 // "1,2,3" -> ids; fails naming `option` on anything else.
 std::vector<int32_t> parse_id_list(const std::string& text, const char* option);
 void log_start(const char* what, const ModelRunConfig& c);
+
+// --stop-ids / --ignore-eos, and what they resolve to once the model is known.
+struct StopOptions {
+  std::string ids;
+  bool ignore_eos = false;
+};
+// --max-new-tokens, --temperature, --top-k, --top-p, --seed, --stop-ids and
+// (`with_ignore_eos`) --ignore-eos, for generate and chat.
+void add_generation_options(CLI::App* cmd, GenerationRequest& request, StopOptions& stop, bool with_ignore_eos);
+// --stop-ids as given, else the model's eos ids unless --ignore-eos.
+std::vector<int32_t> resolve_stop_ids(const StopOptions& stop, const ModelConfig& config);
+// --tokenizer, else the model folder's tokenizer.json.
+Tokenizer load_tokenizer(const std::filesystem::path& model_dir, const std::string& tokenizer_option);
 
 void add_model_commands(CLI::App& root, CommandTable& table);     // generate, score, bench
 void add_chat_command(CLI::App& root, CommandTable& table);        // apply-chat-template
