@@ -295,12 +295,7 @@ void Renderer::assign(const Node& n, Scope& scope) {
 
 Value Renderer::define_macro(const Node& n) {
   return Value::from(Function([this, &n](const CallArgs& args) {
-    if (macro_depth_ >= kMaxMacroDepth)
-      template_error(fmt::format("macro '{}' nested more than {} calls deep", n.macro_name, kMaxMacroDepth));
-    struct Leave {
-      int& depth;
-      ~Leave() { --depth; }
-    } leave{++macro_depth_};
+    NestingGuard guard(macro_depth_, kMaxMacroDepth, fmt::format("macro '{}' calls nested too deeply", n.macro_name));
     Scope scope(&root_);
     if (args.positional.size() > n.params.size())
       template_error(fmt::format("macro '{}' takes {} arguments, got {}", n.macro_name, n.params.size(),

@@ -81,6 +81,25 @@ bool python_isspace(char32_t c);
 [[noreturn]] void template_error(const std::string& what);
 std::string one_line(const std::string& text);  // "\n" for a newline, "\x01" for other controls
 
+// One level of nesting (an expression, a block, a macro call) for its
+// lifetime: past `limit` levels it fails with "<what> (<limit>)" instead of
+// letting the recursion run out of stack.
+class NestingGuard {
+ public:
+  NestingGuard(int& depth, int limit, const std::string& what) : depth_(depth) {
+    if (++depth_ > limit) {
+      --depth_;
+      template_error(what + " (more than " + std::to_string(limit) + " levels)");
+    }
+  }
+  ~NestingGuard() { --depth_; }
+  NestingGuard(const NestingGuard&) = delete;
+  NestingGuard& operator=(const NestingGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
 // ---- Syntax ----------------------------------------------------------------
 
 struct Expr;

@@ -300,7 +300,7 @@ class ExprParser {
     return e;
   }
   ExprPtr not_expr() {
-    DepthGuard guard(*this);
+    NestingGuard guard(depth_, kMaxNesting, fmt::format("expression nested too deeply on line {}", line_));
     if (skip_name("not")) return node(Expr::Kind::kNot, "", not_expr());
     return compare();
   }
@@ -354,7 +354,7 @@ class ExprParser {
     return e;
   }
   ExprPtr unary(bool with_filter) {
-    DepthGuard guard(*this);
+    NestingGuard guard(depth_, kMaxNesting, fmt::format("expression nested too deeply on line {}", line_));
     ExprPtr e;
     if (skip_op("-")) e = node(Expr::Kind::kUnary, "-", unary(false));
     else if (skip_op("+")) e = node(Expr::Kind::kUnary, "+", unary(false));
@@ -367,15 +367,6 @@ class ExprParser {
   ExprPtr postfix(ExprPtr e);
   ExprPtr filters_and_tests(ExprPtr e);
   void call_arguments(Expr& call);
-
-  // Nesting deeper than this is refused rather than risking the stack.
-  struct DepthGuard {
-    ExprParser& p;
-    explicit DepthGuard(ExprParser& parser) : p(parser) {
-      if (++p.depth_ > kMaxNesting) p.fail("expression nested too deeply");
-    }
-    ~DepthGuard() { --p.depth_; }
-  };
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
@@ -550,11 +541,7 @@ std::unique_ptr<Node> make_node(Node::Kind kind, int line) {
 }
 
 Body TemplateParser::parse_body(const std::vector<std::string>& ends, std::string& end_found) {
-  if (++depth_ > kMaxNesting) template_error("blocks nested too deeply");
-  struct Leave {
-    int& depth;
-    ~Leave() { --depth; }
-  } leave{depth_};
+  NestingGuard guard(depth_, kMaxNesting, "blocks nested too deeply");
   Body body;
   while (pos_ < segments_.size()) {
     const Segment& seg = segments_[pos_++];
