@@ -33,9 +33,10 @@ namespace {
 // that produce them.
 class GenerationRun {
  public:
+  // cached[s]: request s's first prompt tokens already in its slot's cache.
   GenerationRun(TpGroup& group, const std::vector<GenerationRequest>& requests, bool keep_logits,
-                const TokenCallback& on_token)
-      : group_(group), requests_(requests), keep_logits_(keep_logits), on_token_(on_token),
+                const TokenCallback& on_token, const std::vector<int64_t>& cached)
+      : group_(group), requests_(requests), keep_logits_(keep_logits), on_token_(on_token), cached_(cached),
         out_(requests.size()), vocab_(group.vocab_size()) {
     for (size_t i = 0; i < requests.size(); ++i)
       samplers_.emplace_back(requests[i].sampling, requests[i].sampling_sequence >= 0
@@ -50,13 +51,14 @@ class GenerationRun {
     choice_ = greedy_ ? TpGroup::Choice::kGreedy : TpGroup::Choice::kSample;
   }
 
-  // All prompts' tokens in steps of at most max_step_tokens; the last token
-  // of each prompt asks for logits.
+  // All prompts' tokens not in the cache in steps of at most
+  // max_step_tokens; the last token of each prompt asks for logits.
   void prefill() {
     const RunnerLimits& limits = group_.runner().limits();
     std::vector<std::pair<size_t, int32_t>> pending;  // (seq, position)
     for (size_t s = 0; s < requests_.size(); ++s)
-      for (size_t p = 0; p < requests_[s].prompt.size(); ++p) pending.emplace_back(s, static_cast<int32_t>(p));
+      for (size_t p = static_cast<size_t>(cached_[s]); p < requests_[s].prompt.size(); ++p)
+        pending.emplace_back(s, static_cast<int32_t>(p));
     for (size_t begin = 0; begin < pending.size();) {
       BatchDesc batch;
       std::vector<size_t> row_seq;
@@ -169,6 +171,7 @@ class GenerationRun {
   const std::vector<GenerationRequest>& requests_;
   bool keep_logits_;
   const TokenCallback& on_token_;
+  const std::vector<int64_t>& cached_;
   std::vector<GenerationOutput> out_;
   std::vector<Sampler> samplers_;
   int64_t vocab_;
@@ -185,15 +188,39 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
              "{} sequences exceed the batch limit of {}", requests.size(), limits.max_slots);
   for (const auto& r : requests) check_request(r);
   group_.drop_queued();
-  GenerationRun run(group_, requests, keep_logits, on_token);
+  std::vector<int64_t> cached(requests.size(), 0);
+  for (size_t s = 0; s < requests.size() && s < slot_tokens_.size(); ++s) {
+    const std::vector<int32_t>& held = slot_tokens_[s];
+    const std::vector<int32_t>& prompt = requests[s].prompt;
+    const size_t limit = std::min(held.size(), prompt.size() - 1);  // the last prompt token runs for its logits
+    cached[s] = std::mismatch(prompt.begin(), prompt.begin() + static_cast<long>(limit), held.begin()).first -
+                prompt.begin();
+  }
+  slot_tokens_.clear();  // nothing is claimed while the run writes (a failed run leaves the cache unknown)
+  GenerationRun run(group_, requests, keep_logits, on_token, cached);
   run.prefill();
   run.decode(overlap_steps_);
-  return run.result();
+  std::vector<GenerationOutput> out = run.result();
+  reused_ = std::move(cached);
+  if (prefix_reuse_)
+    for (size_t s = 0; s < requests.size(); ++s) {
+      // The slot holds the prompt and every generated token fed back, all but the last.
+      std::vector<int32_t> held = requests[s].prompt;
+      if (!out[s].tokens.empty()) held.insert(held.end(), out[s].tokens.begin(), out[s].tokens.end() - 1);
+      slot_tokens_.push_back(std::move(held));
+    }
+  return out;
+}
+
+void Generator::set_prefix_reuse(bool on) {
+  prefix_reuse_ = on;
+  slot_tokens_.clear();
 }
 
 std::vector<float> Generator::score(const std::vector<int32_t>& prompt) {
   GenerationRequest r{.prompt = prompt, .max_new_tokens = 0};
   check_request(r);
+  slot_tokens_.clear();  // slot 0 is rewritten (the others are forgotten too: simpler, and only costs a prefill)
   const RunnerLimits& limits = group_.runner().limits();
   const int64_t chunk = std::min(limits.max_step_tokens, limits.max_logit_rows);
   const size_t vocab = static_cast<size_t>(group_.vocab_size());

@@ -12,6 +12,8 @@
 // a conversation on standard input: each line a user turn, each reply
 // streamed as it is generated; /reset starts again, /exit (or the end of
 // the input) ends. Under mpirun, rank 0 reads and every rank generates.
+// Each turn prefills only what follows the tokens its KV cache holds from
+// the turn before (Generator::set_prefix_reuse).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -106,6 +108,7 @@ struct ChatSession {
   std::string tokenizer;
   GenerationRequest request;
   StopOptions stop;
+  bool no_prefix_reuse = false;
 };
 
 // The next user line, read by rank 0 and sent to every rank; nullopt at the
@@ -140,6 +143,7 @@ int run_chat(ChatSession& s) {
   Engine engine(s.model.engine, *world().comm);
   const std::vector<int32_t> stop = resolve_stop_ids(s.stop, engine.config());
   Generator generator(engine.group(), !s.model.engine.sync_steps);
+  generator.set_prefix_reuse(!s.no_prefix_reuse);
   const int64_t context = engine.group().runner().limits().max_seq;
   nlohmann::ordered_json messages = start;
   for (int64_t turn = 0;; ++turn) {
@@ -171,6 +175,8 @@ int run_chat(ChatSession& s) {
       reply += piece;
       if (world().rank == 0) std::cout << piece << std::flush;
     });
+    spdlog::debug("turn {}: {} prompt tokens, {} of them from the KV cache", turn + 1, r.prompt.size(),
+                  generator.reused_prompt_tokens()[0]);
     const std::string tail = decoder.flush();
     reply += tail;
     if (world().rank == 0) std::cout << tail << std::endl;
@@ -190,6 +196,9 @@ void add_chat_command(CLI::App& root, CommandTable& table) {
   session->request.max_new_tokens = 512;
   add_generation_options(c, session->request, session->stop, false);  // a reply: fewer tokens when the context fills
   c->add_flag("--sync-steps", session->model.engine.sync_steps, "queue each decode step only once the last one's tokens are in");
+  c->add_flag("--no-prefix-reuse", session->no_prefix_reuse,
+              "prefill the whole conversation every turn (by default a turn prefills only what follows the "
+              "tokens already in the KV cache; on the GPU in bf16 that can turn near-ties)");
   table.add(c, [session] { return run_chat(*session); });
 
   auto o = std::make_shared<ApplyOptions>();

@@ -5,6 +5,7 @@
 
 #include <ctime>
 #include <fstream>
+#include <regex>
 
 #include "cli_support.h"
 #include "common/error.h"
@@ -241,6 +242,21 @@ TEST_F(ChatCli, ChatKeepsTheConversationAcrossTurns) {
   const CommandResult chat = run(lockstep("chat " + common) + input, dir_ / "chat");
   ASSERT_EQ(chat.exit_code, 0) << chat.err;
   EXPECT_EQ(chat.out, first + second);
+  // The second turn prefilled only what follows the first turn's tokens in
+  // the KV cache (bit for bit the same on the CPU backend), or everything.
+  const auto reused_on_turn_2 = [&](const std::string& flags) {
+    std::string debug = "chat " + common + flags;
+    debug.replace(debug.find("--log-level error"), 17, "--log-level debug");
+    const CommandResult r = run(lockstep(debug) + input, dir_ / "debug");
+    EXPECT_EQ(r.out, chat.out) << flags;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(r.err, m, std::regex("turn 2: ([0-9]+) prompt tokens, ([0-9]+) of them"))) << r.err;
+    return m.size() == 3 ? std::make_pair(std::stoi(m[1]), std::stoi(m[2])) : std::make_pair(0, -1);
+  };
+  const auto [prompt_2, reused_2] = reused_on_turn_2("");
+  EXPECT_GT(reused_2, 0);
+  EXPECT_LT(reused_2, prompt_2);
+  EXPECT_EQ(reused_on_turn_2(" --no-prefix-reuse").second, 0);
   // Rank 0 waits 3 s for the second line, past a 1 s collective timeout: the other rank waits too.
   std::string slow_input = "sh -c '(echo Hi; sleep 3; echo \"How are you?\") | ";
   slow_input += mpirun(2);

@@ -122,6 +122,51 @@ TEST_F(EngineTest, StopIdEndsGenerationAndIsEmitted) {
                                                      free_run[0].tokens.begin() + static_cast<long>(first) + 1));
 }
 
+// Prefix reuse: a request prefills only what follows the tokens its slot's
+// cache holds from the call before, with the tokens and logits of a whole
+// prefill (bit for bit: the CPU backend's ops do not depend on the batch).
+TEST_F(EngineTest, PrefixReuseEqualsWholePrefill) {
+  auto reusing = engine(2, 16);  // chunked, so reused prefixes end inside and at chunk edges
+  Generator g(reusing->group());
+  g.set_prefix_reuse(true);
+  const auto whole = [&](const std::vector<GenerationRequest>& requests, bool keep_logits) {
+    auto fresh = engine(2, 16);
+    return Generator(fresh->group()).generate(requests, keep_logits);
+  };
+  const auto expect_whole = [&](const std::vector<GenerationRequest>& requests, bool keep_logits,
+                                const std::vector<int64_t>& reused) {
+    const std::vector<GenerationOutput> got = g.generate(requests, keep_logits), want = whole(requests, keep_logits);
+    EXPECT_EQ(g.reused_prompt_tokens(), reused);
+    for (size_t s = 0; s < requests.size(); ++s) {
+      EXPECT_EQ(got[s].tokens, want[s].tokens) << "sequence " << s;
+      EXPECT_EQ(got[s].logits, want[s].logits) << "sequence " << s;
+    }
+    return got;
+  };
+  GenerationRequest a{.prompt = prompt(21, 1), .max_new_tokens = 5};
+  GenerationRequest b{.prompt = prompt(9, 2), .max_new_tokens = 4, .sampling = {.temperature = 0.9, .seed = 5}};
+  std::vector<GenerationOutput> first = expect_whole({a, b}, true, {0, 0});
+  // The next turn: the prompt, the reply and more. The slot holds every reply token but the last.
+  GenerationRequest a2 = a, b2 = b;
+  a2.prompt.insert(a2.prompt.end(), first[0].tokens.begin(), first[0].tokens.end());
+  a2.prompt.insert(a2.prompt.end(), {7, 8, 9});
+  b2.prompt.insert(b2.prompt.end(), first[1].tokens.begin(), first[1].tokens.end());
+  expect_whole({a2, b2}, false, {21 + 4, 9 + 3});
+  // A prompt that leaves the cached tokens midway; one the cache holds whole
+  // (its last token still runs, for its logits); one slot of two in use.
+  GenerationRequest a3{.prompt = std::vector<int32_t>(a2.prompt.begin(), a2.prompt.begin() + 11), .max_new_tokens = 3};
+  a3.prompt.insert(a3.prompt.end(), {1, 2, 3, 4});
+  expect_whole({a3, b2}, true, {11, static_cast<int64_t>(b2.prompt.size()) - 1});
+  expect_whole({a3}, true, {14});
+  // score() writes slot 0 from position 0: nothing is reused after it.
+  g.score(prompt(5, 3));
+  expect_whole({a3}, true, {0});
+  // Off: every prompt is prefilled whole.
+  g.set_prefix_reuse(false);
+  expect_whole({a3}, true, {0});
+  expect_whole({a3}, true, {0});
+}
+
 TEST_F(EngineTest, TooManySequencesAreRefused) {
   auto e = engine(2, 256);
   Generator g(e->group());
