@@ -16,6 +16,9 @@ void RunnerLimits::validate() const {
              ErrorKind::kInvalidArgument, "runner limits must be positive (slots={}, seq={}, step={}, rows={})",
              max_slots, max_seq, max_step_tokens, max_logit_rows);
   LS_REQUIRE(max_seq <= INT32_MAX && max_slots <= INT32_MAX, ErrorKind::kInvalidArgument, "limits too large");
+  LS_REQUIRE(max_step_tokens >= max_slots && max_logit_rows >= max_slots, ErrorKind::kInvalidArgument,
+             "a step must hold a token of every slot (slots={}, step={}, rows={})", max_slots, max_step_tokens,
+             max_logit_rows);
 }
 
 Diagnostics Diagnostics::parse(const std::string& list) {

@@ -205,7 +205,7 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
       min_over_ranks(world, backend_->default_kv_cache_bytes(ranks_sharing_memory(options, *backend_)));
   RunnerLimits limits{.max_slots = options.max_batch,
                       .max_seq = resolve_max_seq_len(config_, plan_, options, act_bytes, kv_budget),
-                      .max_step_tokens = options.max_step_tokens,
+                      .max_step_tokens = std::max(options.max_step_tokens, options.max_batch),  // a decode step of every slot
                       .max_logit_rows = std::max(options.max_batch, std::min<int64_t>(options.max_step_tokens, 64))};
   // Host buffers: through the world's host transport, whatever the device transport.
   verify_same_on_all_ranks(world, load_stats_.replicated_checksum, "replicated weights checksum");

@@ -1,6 +1,7 @@
 #include "engine/generate.h"
 
 #include <algorithm>
+#include <set>
 
 #include "common/error.h"
 
@@ -30,18 +31,26 @@ void Generator::check_request(const GenerationRequest& r) const {
 namespace {
 
 // One generate() call: the requests, their outputs so far and the steps
-// that produce them.
+// that produce them. Continuous batching: requests take the free sequence
+// slots (lowest first) in order, and a request that finishes frees its slot
+// for the next. A step holds either prompt tokens (of every admitted request
+// with some left, in order, up to the step's limits) or one token of every
+// decoding sequence, so with no more requests than slots the steps are one
+// prefill of all prompts, then decode steps. A request's tokens do not depend
+// on which others share its steps, except through how a backend rounds
+// products of other row counts (the CPU backend's do not depend on them).
 class GenerationRun {
  public:
-  // cached[s]: request s's first prompt tokens already in its slot's cache.
+  // cached[r]: request r's first prompt tokens already in its slot's cache.
   GenerationRun(TpGroup& group, const std::vector<GenerationRequest>& requests, bool keep_logits,
                 const TokenCallback& on_token, const std::vector<int64_t>& cached)
       : group_(group), requests_(requests), keep_logits_(keep_logits), on_token_(on_token), cached_(cached),
-        out_(requests.size()), vocab_(group.vocab_size()) {
+        out_(requests.size()), vocab_(group.vocab_size()), slot_(requests.size(), -1), fed_(requests.size(), 0) {
     for (size_t i = 0; i < requests.size(); ++i)
       samplers_.emplace_back(requests[i].sampling, requests[i].sampling_sequence >= 0
                                                        ? static_cast<uint64_t>(requests[i].sampling_sequence)
                                                        : i);
+    for (int32_t s = 0; s < static_cast<int32_t>(group.runner().limits().max_slots); ++s) free_slots_.insert(s);
     // Without logits to keep, the ids are chosen where the logits are (on
     // the GPU), so no logits cross to the host: by argmax when every request
     // is greedy, else by the sample op. Kept logits come to the host, where
@@ -51,67 +60,94 @@ class GenerationRun {
     choice_ = greedy_ ? TpGroup::Choice::kGreedy : TpGroup::Choice::kSample;
   }
 
-  // All prompts' tokens not in the cache in steps of at most
-  // max_step_tokens; the last token of each prompt asks for logits.
-  void prefill() {
-    const RunnerLimits& limits = group_.runner().limits();
-    std::vector<std::pair<size_t, int32_t>> pending;  // (seq, position)
-    for (size_t s = 0; s < requests_.size(); ++s)
-      for (size_t p = static_cast<size_t>(cached_[s]); p < requests_[s].prompt.size(); ++p)
-        pending.emplace_back(s, static_cast<int32_t>(p));
-    for (size_t begin = 0; begin < pending.size();) {
-      BatchDesc batch;
-      std::vector<size_t> row_seq;
-      while (begin < pending.size() && batch.size() < limits.max_step_tokens &&
-             static_cast<int64_t>(row_seq.size()) < limits.max_logit_rows) {
-        auto [seq, pos] = pending[begin++];
-        bool last = static_cast<size_t>(pos) + 1 == requests_[seq].prompt.size();
-        bool want = last && requests_[seq].max_new_tokens > 0;
-        batch.add(requests_[seq].prompt[static_cast<size_t>(pos)], static_cast<int32_t>(seq), pos, want);
-        if (want) row_seq.push_back(seq);
+  // Steps until every request is done. With the ids chosen on the device,
+  // the next decode step is queued before this one's ids reach the host
+  // whenever it is sure to run as the synchronous loop would run it: the
+  // same sequences (none reaches its token limit with this step's token and
+  // none is still prefilling), each fed its chosen token on the device. When
+  // a sequence stops on a stop id instead, the queued step is dropped, so
+  // the steps and their batches, and with them the tokens, are those of the
+  // synchronous loop.
+  void run(bool overlap_steps) {
+    for (admit(); !active_.empty(); admit()) {
+      Step step = next_step();
+      if (keep_logits_) {
+        run_keeping_logits(step);
+      } else {
+        step.batch.sample_rows = settings(step.row_seq, 0);
+        group_.enqueue(step.batch, choice_);
+        while (true) {
+          const bool ahead = overlap_steps && may_queue_next(step.row_seq);
+          if (ahead) group_.enqueue_next(settings(step.row_seq, 1));
+          const bool stopped = take(step.row_seq);
+          if (!ahead) break;
+          if (!stopped) continue;  // the queued step is the next one
+          group_.take_chosen();    // dropped
+          break;
+        }
       }
-      run(batch, row_seq);
-    }
-  }
-
-  // One token per unfinished sequence per step.
-  void decode(bool overlap_steps) {
-    if (keep_logits_) {
-      for (std::vector<size_t> row_seq = unfinished(); !row_seq.empty(); row_seq = unfinished()) {
-        BatchDesc batch = decode_batch(row_seq);
-        run(batch, row_seq);
-      }
-      return;
-    }
-    // With the ids chosen on the device, the next step is queued before this
-    // one's ids reach the host whenever it is sure to run as the synchronous
-    // loop would run it: the same sequences (none reaches its token limit
-    // with this step's token), each fed its chosen token on the device. When
-    // a sequence stops on a stop id instead, the queued step is dropped, so
-    // the steps and their batches, and with them the tokens, are those of the
-    // synchronous loop.
-    for (std::vector<size_t> row_seq = unfinished(); !row_seq.empty(); row_seq = unfinished()) {
-      BatchDesc batch = decode_batch(row_seq);
-      batch.sample_rows = settings(row_seq, 0);
-      group_.enqueue(batch, choice_);
-      while (true) {
-        const bool ahead = overlap_steps && group_.can_enqueue_next() &&
-                           std::all_of(row_seq.begin(), row_seq.end(), [&](size_t s) {
-                             return static_cast<int64_t>(out_[s].tokens.size()) + 1 < requests_[s].max_new_tokens;
-                           });
-        if (ahead) group_.enqueue_next(settings(row_seq, 1));
-        const bool stopped = take(row_seq);
-        if (!ahead) break;
-        if (!stopped) continue;  // the queued step is the next one
-        group_.take_chosen();    // dropped
-        break;
-      }
+      retire();
     }
   }
 
   std::vector<GenerationOutput> result() { return std::move(out_); }
 
  private:
+  struct Step {
+    BatchDesc batch;
+    std::vector<size_t> row_seq;  // the request of each logit row
+  };
+  bool prefilling(size_t r) const { return fed_[r] < requests_[r].prompt.size(); }
+  bool finished(size_t r) const {
+    return !prefilling(r) &&
+           (out_[r].stopped || static_cast<int64_t>(out_[r].tokens.size()) >= requests_[r].max_new_tokens);
+  }
+  // Waiting requests, in order, into the free slots.
+  void admit() {
+    for (; next_waiting_ < requests_.size() && !free_slots_.empty(); ++next_waiting_) {
+      slot_[next_waiting_] = *free_slots_.begin();
+      free_slots_.erase(free_slots_.begin());
+      fed_[next_waiting_] = static_cast<size_t>(cached_[next_waiting_]);
+      active_.push_back(next_waiting_);
+    }
+  }
+  // Finished requests give their slots back.
+  void retire() {
+    for (size_t r : active_)
+      if (finished(r)) free_slots_.insert(slot_[r]);
+    std::erase_if(active_, [&](size_t r) { return finished(r); });
+  }
+  // Prompt tokens while any admitted request has some left (the last of
+  // each prompt asks for logits), else one token of every active request.
+  Step next_step() {
+    const RunnerLimits& limits = group_.runner().limits();
+    Step step;
+    const bool prefill = std::any_of(active_.begin(), active_.end(), [&](size_t r) { return prefilling(r); });
+    for (size_t r : active_) {
+      const std::vector<int32_t>& prompt = requests_[r].prompt;
+      if (!prefill) {
+        step.batch.add(out_[r].tokens.back(), slot_[r],
+                       static_cast<int32_t>(prompt.size() + out_[r].tokens.size() - 1), true);
+        step.row_seq.push_back(r);
+      }
+      for (; prefilling(r) && step.batch.size() < limits.max_step_tokens &&
+             static_cast<int64_t>(step.row_seq.size()) < limits.max_logit_rows;
+           ++fed_[r]) {
+        const bool want = fed_[r] + 1 == prompt.size() && requests_[r].max_new_tokens > 0;
+        step.batch.add(prompt[fed_[r]], slot_[r], static_cast<int32_t>(fed_[r]), want);
+        if (want) step.row_seq.push_back(r);
+      }
+    }
+    return step;
+  }
+  // Whether the step after the one just queued is its batch fed back: every
+  // active request has a row in it, and none reaches its limit with it.
+  bool may_queue_next(const std::vector<size_t>& row_seq) const {
+    return group_.can_enqueue_next() && row_seq.size() == active_.size() &&
+           std::all_of(row_seq.begin(), row_seq.end(), [&](size_t r) {
+             return !prefilling(r) && static_cast<int64_t>(out_[r].tokens.size()) + 1 < requests_[r].max_new_tokens;
+           });
+  }
   // Appends the chosen token (and its logits row) and reports it.
   void append(size_t seq, int32_t token, const float* row) {
     out_[seq].tokens.push_back(token);
@@ -138,33 +174,13 @@ class GenerationRun {
       for (size_t seq : row_seq) rows.push_back(samplers_[seq].settings(out_[seq].tokens.size() + ahead));
     return rows;
   }
-  // Runs the step and chooses the next token of each of its logit rows.
-  void run(BatchDesc& batch, const std::vector<size_t>& row_seq) {
-    if (!keep_logits_) {
-      batch.sample_rows = settings(row_seq, 0);
-      group_.enqueue(batch, choice_);
-      take(row_seq);
-      return;
-    }
-    const std::vector<float>& logits = group_.forward(batch);
-    for (size_t i = 0; i < row_seq.size(); ++i) {
+  // Runs the step and chooses each logit row's token on the host.
+  void run_keeping_logits(const Step& step) {
+    const std::vector<float>& logits = group_.forward(step.batch);
+    for (size_t i = 0; i < step.row_seq.size(); ++i) {
       const float* row = &logits[i * static_cast<size_t>(vocab_)];
-      append(row_seq[i], samplers_[row_seq[i]].sample(row, vocab_), row);
+      append(step.row_seq[i], samplers_[step.row_seq[i]].sample(row, vocab_), row);
     }
-  }
-  std::vector<size_t> unfinished() const {
-    std::vector<size_t> row_seq;
-    for (size_t s = 0; s < requests_.size(); ++s)
-      if (!out_[s].stopped && static_cast<int64_t>(out_[s].tokens.size()) < requests_[s].max_new_tokens)
-        row_seq.push_back(s);
-    return row_seq;
-  }
-  BatchDesc decode_batch(const std::vector<size_t>& row_seq) const {
-    BatchDesc batch;
-    for (size_t s : row_seq)
-      batch.add(out_[s].tokens.back(), static_cast<int32_t>(s),
-                static_cast<int32_t>(requests_[s].prompt.size() + out_[s].tokens.size() - 1), true);
-    return batch;
   }
 
   TpGroup& group_;
@@ -177,19 +193,24 @@ class GenerationRun {
   int64_t vocab_;
   bool greedy_ = true;
   TpGroup::Choice choice_ = TpGroup::Choice::kGreedy;
+  std::vector<int32_t> slot_;   // each request's sequence slot (-1: not admitted yet)
+  std::vector<size_t> fed_;     // each request's prompt tokens in its slot's cache
+  std::set<int32_t> free_slots_;
+  std::vector<size_t> active_;  // admitted and not finished, in order
+  size_t next_waiting_ = 0;
 };
 
 }  // namespace
 
 std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRequest>& requests, bool keep_logits,
                                                   const TokenCallback& on_token) {
-  const RunnerLimits& limits = group_.runner().limits();
-  LS_REQUIRE(static_cast<int64_t>(requests.size()) <= limits.max_slots, ErrorKind::kInvalidArgument,
-             "{} sequences exceed the batch limit of {}", requests.size(), limits.max_slots);
   for (const auto& r : requests) check_request(r);
   group_.drop_queued();
+  // With no more requests than slots, request r takes slot r, where the
+  // last call's request r left its tokens.
+  const bool slot_per_request = static_cast<int64_t>(requests.size()) <= group_.runner().limits().max_slots;
   std::vector<int64_t> cached(requests.size(), 0);
-  for (size_t s = 0; s < requests.size() && s < slot_tokens_.size(); ++s) {
+  for (size_t s = 0; slot_per_request && s < requests.size() && s < slot_tokens_.size(); ++s) {
     const std::vector<int32_t>& held = slot_tokens_[s];
     const std::vector<int32_t>& prompt = requests[s].prompt;
     const size_t limit = std::min(held.size(), prompt.size() - 1);  // the last prompt token runs for its logits
@@ -198,11 +219,10 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
   }
   slot_tokens_.clear();  // nothing is claimed while the run writes (a failed run leaves the cache unknown)
   GenerationRun run(group_, requests, keep_logits, on_token, cached);
-  run.prefill();
-  run.decode(overlap_steps_);
+  run.run(overlap_steps_);
   std::vector<GenerationOutput> out = run.result();
   reused_ = std::move(cached);
-  if (prefix_reuse_)
+  if (prefix_reuse_ && slot_per_request)
     for (size_t s = 0; s < requests.size(); ++s) {
       // The slot holds the prompt and every generated token fed back, all but the last.
       std::vector<int32_t> held = requests[s].prompt;

@@ -36,10 +36,12 @@ class Generator {
   // one step at a time (false: one step at a time, for comparison).
   explicit Generator(TpGroup& group, bool overlap_steps = true);
 
-  // Runs the requests together, one sequence slot each: one prefill pass over
-  // all prompts (chunked to the step limit), then decode steps of one token per
-  // unfinished sequence. Requests are checked before any work (prompt ids in
-  // the vocabulary, prompt + new tokens within the context, slots available).
+  // Runs the requests with continuous batching: each takes a sequence slot as
+  // one is free (all at once when there are no more requests than slots), its
+  // prompt is prefilled (chunked to the step limit), and its tokens come from
+  // decode steps of one token per active sequence; a finished request's slot
+  // goes to the next. Requests are checked before any work (prompt ids in the
+  // vocabulary, prompt + new tokens within the context).
   std::vector<GenerationOutput> generate(const std::vector<GenerationRequest>& requests, bool keep_logits,
                                          const TokenCallback& on_token = nullptr);
 

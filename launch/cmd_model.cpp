@@ -177,7 +177,7 @@ GenerationRequest request_settings(const nlohmann::ordered_json& line, const Gen
 // blank lines skipped; optional "max_new_tokens", "temperature", "top_k",
 // "top_p", "seed" override the command line's for that request. The requests
 // in order, their sampling bits drawn for their line's index (so they do not
-// depend on the waves).
+// depend on which requests share a step).
 std::vector<GenerationRequest> read_prompts_file(const ModelRunConfig& c, const TextOptions& t,
                                                  const GenerationRequest& shared, std::optional<Tokenizer>& tokenizer) {
   std::ifstream in(t.prompts_file, std::ios::binary);
@@ -239,10 +239,11 @@ std::vector<int32_t> without_special_tokens(const Tokenizer& tokenizer, const st
   return kept;
 }
 
-// Runs the requests of --prompts-file in waves of --max-batch (default: all of
-// them, up to 32), printing one JSON line per request in the file's order:
-// {"index", "ids", "text" (when a tokenizer was used; special tokens left
-// out, as in the streamed text), "stopped"}.
+// Runs the requests of --prompts-file with --max-batch sequences at once
+// (default: all of them, up to 32; a request takes a slot as one frees up),
+// printing one JSON line per request in the file's order, each as soon as it
+// and those before it are done: {"index", "ids", "text" (when a tokenizer was
+// used; special tokens left out, as in the streamed text), "stopped"}.
 int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const StopOptions& stop,
                        const TextOptions& text) {
   LS_REQUIRE(c.dump_logits.empty(), ErrorKind::kInvalidArgument, "--dump-logits takes one prompt, not --prompts-file");
@@ -257,22 +258,27 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   Engine engine(c.engine, *world().comm);
   const std::vector<int32_t> stop_ids = resolve_stop_ids(stop, engine.config());
   for (GenerationRequest& r : requests) r.stop_ids = stop_ids;
-  Generator generator(engine.group(), !c.engine.sync_steps);
-  const auto wave = static_cast<size_t>(c.engine.max_batch);
-  for (size_t begin = 0; begin < requests.size(); begin += wave) {
-    const std::vector<GenerationRequest> batch(requests.begin() + static_cast<std::ptrdiff_t>(begin),
-                                               requests.begin() + static_cast<std::ptrdiff_t>(
-                                                                      std::min(requests.size(), begin + wave)));
-    const std::vector<GenerationOutput> out = generator.generate(batch, false);
-    if (world().rank != 0) continue;
-    for (size_t k = 0; k < out.size(); ++k) {
-      nlohmann::ordered_json line = {{"index", begin + k}, {"ids", out[k].tokens}};
-      if (tokenizer) line["text"] = tokenizer->decode(without_special_tokens(*tokenizer, out[k].tokens));
-      line["stopped"] = out[k].stopped;
-      std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  std::vector<std::vector<int32_t>> ids(requests.size());
+  std::vector<bool> done(requests.size());
+  size_t printed = 0;
+  const auto print_done = [&] {
+    for (; printed < requests.size() && done[printed]; ++printed) {
+      const std::vector<int32_t>& out = ids[printed];
+      nlohmann::ordered_json line = {{"index", printed}, {"ids", out}};
+      if (tokenizer) line["text"] = tokenizer->decode(without_special_tokens(*tokenizer, out));
+      line["stopped"] = !out.empty() && std::find(stop_ids.begin(), stop_ids.end(), out.back()) != stop_ids.end();
+      std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
     }
-    std::cout << std::flush;
-  }
+  };
+  for (size_t r = 0; r < requests.size(); ++r) done[r] = requests[r].max_new_tokens == 0;
+  Generator generator(engine.group(), !c.engine.sync_steps);
+  generator.generate(requests, false, [&](size_t r, int32_t id) {
+    ids[r].push_back(id);
+    done[r] = static_cast<int64_t>(ids[r].size()) == requests[r].max_new_tokens ||
+              std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+    if (world().rank == 0) print_done();
+  });
+  if (world().rank == 0) print_done();
   return 0;
 }
 
@@ -334,7 +340,7 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
   g->add_option("--prompt", text->prompt, "prompt text (streams text out)");
   g->add_option("--prompt-file", text->prompt_file, "file holding the prompt text");
   g->add_option("--prompts-file", text->prompts_file,
-                "many requests, run as one batch (waves of --max-batch, default all up to 32): a JSON object a "
+                "many requests, --max-batch at once (default all, up to 32; continuous batching): a JSON object a "
                 "line with \"prompt\", \"prompt_ids\" or \"messages\"; prints a JSON line per request, in order");
   g->add_option("--tokenizer", text->tokenizer, "tokenizer.json (default: the model folder's)");
   g->add_flag("--no-special-tokens", text->no_special_tokens,

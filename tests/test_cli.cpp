@@ -200,8 +200,9 @@ TEST_F(Cli, PromptSourcesAreExclusive) {
 }
 
 // --prompts-file: every line one request of one batch, printed as a JSON line
-// in order; each gets the tokens it gets alone (greedy), whatever the wave
-// size or the tensor-parallel size.
+// in order; each gets the tokens it gets alone (greedy), whatever --max-batch
+// (continuous batching: a line takes the slot another frees) or the
+// tensor-parallel size.
 TEST_F(Cli, PromptsFileRunsEveryLineAsOneBatch) {
   auto model = make_model("m");
   std::ofstream(model / "tokenizer_config.json")
@@ -240,14 +241,15 @@ TEST_F(Cli, PromptsFileRunsEveryLineAsOneBatch) {
                                 dir_ / "tp2");
   EXPECT_EQ(tp2.exit_code, 0) << tp2.err;
   EXPECT_EQ(tp2.out, all.out);
-  // A line's own settings; sampled tokens do not depend on the waves (each
-  // line draws its bits as sequence number = its index).
+  // A line's own settings; sampled tokens do not depend on which lines share
+  // a step (each line draws its bits as sequence number = its index).
   std::ofstream(file) << R"({"prompt_ids": [1, 2, 3], "temperature": 1.0, "top_k": 50, "seed": 7})" << "\n"
                       << R"({"prompt_ids": [4], "temperature": 0.8, "seed": 3})" << "\n"
                       << R"({"prompt_ids": [4], "max_new_tokens": 2})" << "\n";
   const CommandResult sampled = generate(model, common + "--prompts-file " + file);
   ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
   EXPECT_EQ(generate(model, common + "--max-batch 1 --prompts-file " + file).out, sampled.out);
+  EXPECT_EQ(generate(model, common + "--max-batch 2 --prompts-file " + file).out, sampled.out);
   std::istringstream sampled_lines(sampled.out);
   std::string first, second, third;
   std::getline(sampled_lines, first);

@@ -167,11 +167,41 @@ TEST_F(EngineTest, PrefixReuseEqualsWholePrefill) {
   expect_whole({a3}, true, {0});
 }
 
-TEST_F(EngineTest, TooManySequencesAreRefused) {
-  auto e = engine(2, 256);
-  Generator g(e->group());
-  std::vector<GenerationRequest> three(3, GenerationRequest{.prompt = {1, 2}, .max_new_tokens = 1});
-  expect_error([&] { g.generate(three, false); }, ErrorKind::kInvalidArgument, {"3 sequences", "2"});
+// Continuous batching: more requests than slots, each taking a slot as one
+// frees up, give each request the tokens and logits it gets alone.
+TEST_F(EngineTest, MoreRequestsThanSlotsEqualOneAtATime) {
+  std::vector<GenerationRequest> requests;
+  for (int r = 0; r < 6; ++r)
+    requests.push_back({.prompt = prompt(2 + 7 * r, r), .max_new_tokens = 9 - r, .sampling_sequence = r});
+  requests[1].sampling = SamplingParams{.temperature = 0.8, .top_k = 30, .seed = 4};
+  requests[3].max_new_tokens = 0;  // prefill only
+  requests[4].sampling = SamplingParams{.temperature = 1.1, .seed = 6};
+  std::vector<std::vector<GenerationOutput>> alone;
+  for (const GenerationRequest& r : requests) {
+    auto e = engine(1, 256);
+    alone.push_back(Generator(e->group()).generate({r}, true));
+  }
+  // A stop id that ends request 2 early, freeing its slot sooner.
+  ASSERT_GE(alone[2][0].tokens.size(), 3u);
+  requests[2].stop_ids = {alone[2][0].tokens[1]};
+  auto e = engine(1, 256);
+  alone[2] = Generator(e->group()).generate({requests[2]}, true);
+  ASSERT_TRUE(alone[2][0].stopped);
+  for (const bool keep_logits : {true, false})
+    for (const bool overlap : {true, false}) {
+      auto two_slots = engine(2, 16);
+      Generator g(two_slots->group(), overlap);
+      g.set_prefix_reuse(true);
+      const std::vector<GenerationOutput> out = g.generate(requests, keep_logits);
+      EXPECT_EQ(g.reused_prompt_tokens(), std::vector<int64_t>(requests.size(), 0));
+      for (size_t r = 0; r < requests.size(); ++r) {
+        EXPECT_EQ(out[r].tokens, alone[r][0].tokens) << "request " << r << " keep_logits " << keep_logits;
+        EXPECT_EQ(out[r].stopped, alone[r][0].stopped) << "request " << r;
+        if (keep_logits) {
+          EXPECT_EQ(out[r].logits, alone[r][0].logits) << "request " << r;
+        }
+      }
+    }
 }
 
 // The cache reaches max_position_embeddings, with or without a sliding
