@@ -38,6 +38,7 @@ class NullBackend final : public Backend {
   }
   void to_backend(void* dst, const void* src, int64_t bytes) override { cpu_->to_backend(dst, src, bytes); }
   void to_host(void* dst, const void* src, int64_t bytes) override { cpu_->to_host(dst, src, bytes); }
+  void copy_within(void* dst, const void* src, int64_t bytes) override { cpu_->copy_within(dst, src, bytes); }
   Buffer alloc_host_visible(int64_t bytes) override { return alloc(bytes); }
   void synchronize() override {}
   void embedding(const EmbeddingParams&) override {}

@@ -54,6 +54,8 @@ class Backend {
   virtual bool host_memory() const { return false; }
   virtual void to_backend(void* dst, const void* host_src, int64_t bytes) = 0;
   virtual void to_host(void* host_dst, const void* src, int64_t bytes) = 0;
+  // Copies bytes between this backend's memory, queued like the ops.
+  virtual void copy_within(void* dst, const void* src, int64_t bytes) = 0;
   // Converts float32 host values to `dtype` and places them on the backend.
   Buffer upload(const std::vector<float>& host, DType dtype);
   // Memory the backend's ops write and the host reads directly, once the op

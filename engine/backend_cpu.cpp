@@ -54,6 +54,9 @@ class CpuBackend final : public Backend {
   void to_host(void* dst, const void* src, int64_t bytes) override {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
   }
+  void copy_within(void* dst, const void* src, int64_t bytes) override {
+    std::memmove(dst, src, static_cast<size_t>(bytes));
+  }
   Buffer alloc_host_visible(int64_t bytes) override {
     Buffer b = alloc(bytes);
     std::memset(b.data(), 0, static_cast<size_t>(bytes));

@@ -95,6 +95,9 @@ class CudaBackend final : public Backend {
     synchronize();
     if (staged) std::memcpy(dst, download_staging_, n);
   }
+  void copy_within(void* dst, const void* src, int64_t bytes) override {
+    LS_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
+  }
   // Pinned and mapped: with unified addressing the one pointer serves the
   // host and the kernels, which write through to host memory.
   Buffer alloc_host_visible(int64_t bytes) override {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "common/error.h"
 
@@ -41,11 +42,16 @@ namespace {
 // products of other row counts (the CPU backend's do not depend on them).
 class GenerationRun {
  public:
-  // cached[r]: request r's first prompt tokens already in its slot's cache.
+  // slot_tokens: what each slot's cache held before the run (empty: nothing
+  // known); reuse: prefill only what no slot holds (Generator::set_prefix_reuse).
   GenerationRun(TpGroup& group, const std::vector<GenerationRequest>& requests, bool keep_logits,
-                const TokenCallback& on_token, const std::vector<int64_t>& cached)
-      : group_(group), requests_(requests), keep_logits_(keep_logits), on_token_(on_token), cached_(cached),
-        out_(requests.size()), vocab_(group.vocab_size()), slot_(requests.size(), -1), fed_(requests.size(), 0) {
+                const TokenCallback& on_token, std::vector<std::vector<int32_t>> slot_tokens, bool reuse)
+      : group_(group), requests_(requests), keep_logits_(keep_logits), on_token_(on_token), reuse_(reuse),
+        out_(requests.size()), vocab_(group.vocab_size()), slot_(requests.size(), -1), fed_(requests.size(), 0),
+        reused_(requests.size(), 0), pending_(requests.size()), slot_tokens_(std::move(slot_tokens)) {
+    const auto slots = static_cast<size_t>(group.runner().limits().max_slots);
+    slot_tokens_.resize(slots);
+    occupant_.assign(slots, -1);
     for (size_t i = 0; i < requests.size(); ++i)
       samplers_.emplace_back(requests[i].sampling, requests[i].sampling_sequence >= 0
                                                        ? static_cast<uint64_t>(requests[i].sampling_sequence)
@@ -91,6 +97,14 @@ class GenerationRun {
   }
 
   std::vector<GenerationOutput> result() { return std::move(out_); }
+  const std::vector<int64_t>& reused() const { return reused_; }
+  // What each slot's cache holds now (the next run's slot_tokens).
+  std::vector<std::vector<int32_t>> slot_contents() const {
+    std::vector<std::vector<int32_t>> held(slot_tokens_.size());
+    for (size_t t = 0; t < held.size(); ++t)
+      for (int32_t token; content_at(t, held[t].size(), false, token);) held[t].push_back(token);
+    return held;
+  }
 
  private:
   struct Step {
@@ -102,13 +116,68 @@ class GenerationRun {
     return !prefilling(r) &&
            (out_[r].stopped || static_cast<int64_t>(out_[r].tokens.size()) >= requests_[r].max_new_tokens);
   }
-  // Waiting requests, in order, into the free slots.
+  // The token at `position` of slot t's cache, now or (planned) once its
+  // request's prompt is in; false past its end. A slot holds its request's
+  // prompt as far as fed, then every generated token fed back (all but the last).
+  bool content_at(size_t t, size_t position, bool planned, int32_t& token) const {
+    if (occupant_[t] < 0) {
+      if (position >= slot_tokens_[t].size()) return false;
+      token = slot_tokens_[t][position];
+      return true;
+    }
+    const auto r = static_cast<size_t>(occupant_[t]);
+    const std::vector<int32_t>& prompt = requests_[r].prompt;
+    if (position < (planned ? prompt.size() : fed_[r])) {
+      token = prompt[position];
+      return true;
+    }
+    const size_t generated = position - prompt.size();
+    if (prefilling(r) || position < prompt.size() || generated + 1 >= out_[r].tokens.size()) return false;
+    token = out_[r].tokens[generated];
+    return true;
+  }
+  // How many of the prompt's first tokens (all but its last, which runs for
+  // its logits) slot t's cache holds, now or planned.
+  size_t shared_prefix(const std::vector<int32_t>& prompt, size_t t, bool planned) const {
+    size_t n = 0;
+    for (int32_t token; n + 1 < prompt.size() && content_at(t, n, planned, token) && token == prompt[n];) ++n;
+    return n;
+  }
+  // Waiting requests, in order, into the free slots (the lowest first). With
+  // reuse, a request starts from the longest prefix of its prompt that a
+  // slot holds: its own slot's in place, another's copied now, or another's
+  // whose request is still prefilling it, copied once it is in (pending).
   void admit() {
     for (; next_waiting_ < requests_.size() && !free_slots_.empty(); ++next_waiting_) {
-      slot_[next_waiting_] = *free_slots_.begin();
+      const size_t r = next_waiting_;
+      const int32_t s = *free_slots_.begin();
       free_slots_.erase(free_slots_.begin());
-      fed_[next_waiting_] = static_cast<size_t>(cached_[next_waiting_]);
-      active_.push_back(next_waiting_);
+      const std::vector<int32_t>& prompt = requests_[r].prompt;
+      size_t now = reuse_ ? shared_prefix(prompt, static_cast<size_t>(s), false) : 0;
+      int32_t from = s;
+      for (size_t t = 0; reuse_ && t < occupant_.size(); ++t) {
+        if (t == static_cast<size_t>(s)) continue;
+        const size_t held = shared_prefix(prompt, t, false), planned = shared_prefix(prompt, t, true);
+        if (held > now) now = held, from = static_cast<int32_t>(t);
+        if (planned > std::max(now, pending_[r].positions)) pending_[r] = {static_cast<int32_t>(t), planned};
+      }
+      if (pending_[r].positions <= now) pending_[r] = {};
+      group_.runner().copy_kv_prefix(from, s, static_cast<int64_t>(now));
+      occupant_[static_cast<size_t>(s)] = static_cast<int64_t>(r);
+      slot_[r] = s;
+      fed_[r] = reused_[r] = now;
+      active_.push_back(r);
+    }
+  }
+  // Copies the pending prefixes whose slots hold them by now.
+  void copy_pending() {
+    for (size_t r : active_) {
+      Pending& p = pending_[r];
+      if (p.positions == 0 || shared_prefix(requests_[r].prompt, static_cast<size_t>(p.from), false) < p.positions)
+        continue;
+      group_.runner().copy_kv_prefix(p.from, slot_[r], static_cast<int64_t>(p.positions));
+      fed_[r] = reused_[r] = p.positions;
+      p = {};
     }
   }
   // Finished requests give their slots back.
@@ -121,6 +190,7 @@ class GenerationRun {
   // each prompt asks for logits), else one token of every active request.
   Step next_step() {
     const RunnerLimits& limits = group_.runner().limits();
+    copy_pending();
     Step step;
     const bool prefill = std::any_of(active_.begin(), active_.end(), [&](size_t r) { return prefilling(r); });
     for (size_t r : active_) {
@@ -130,7 +200,7 @@ class GenerationRun {
                        static_cast<int32_t>(prompt.size() + out_[r].tokens.size() - 1), true);
         step.row_seq.push_back(r);
       }
-      for (; prefilling(r) && step.batch.size() < limits.max_step_tokens &&
+      for (; prefilling(r) && pending_[r].positions == 0 && step.batch.size() < limits.max_step_tokens &&
              static_cast<int64_t>(step.row_seq.size()) < limits.max_logit_rows;
            ++fed_[r]) {
         const bool want = fed_[r] + 1 == prompt.size() && requests_[r].max_new_tokens > 0;
@@ -187,7 +257,7 @@ class GenerationRun {
   const std::vector<GenerationRequest>& requests_;
   bool keep_logits_;
   const TokenCallback& on_token_;
-  const std::vector<int64_t>& cached_;
+  bool reuse_;
   std::vector<GenerationOutput> out_;
   std::vector<Sampler> samplers_;
   int64_t vocab_;
@@ -195,6 +265,14 @@ class GenerationRun {
   TpGroup::Choice choice_ = TpGroup::Choice::kGreedy;
   std::vector<int32_t> slot_;   // each request's sequence slot (-1: not admitted yet)
   std::vector<size_t> fed_;     // each request's prompt tokens in its slot's cache
+  std::vector<int64_t> reused_;  // each request's prompt tokens it found in a cache
+  struct Pending {
+    int32_t from = 0;      // the slot whose request is prefilling them
+    size_t positions = 0;  // 0: none
+  };
+  std::vector<Pending> pending_;  // per request: a prefix to copy once it is in
+  std::vector<std::vector<int32_t>> slot_tokens_;  // per slot, before the run
+  std::vector<int64_t> occupant_;  // per slot: the request that last took it in this run (-1: none)
   std::set<int32_t> free_slots_;
   std::vector<size_t> active_;  // admitted and not finished, in order
   size_t next_waiting_ = 0;
@@ -206,30 +284,12 @@ std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRe
                                                   const TokenCallback& on_token) {
   for (const auto& r : requests) check_request(r);
   group_.drop_queued();
-  // With no more requests than slots, request r takes slot r, where the
-  // last call's request r left its tokens.
-  const bool slot_per_request = static_cast<int64_t>(requests.size()) <= group_.runner().limits().max_slots;
-  std::vector<int64_t> cached(requests.size(), 0);
-  for (size_t s = 0; slot_per_request && s < requests.size() && s < slot_tokens_.size(); ++s) {
-    const std::vector<int32_t>& held = slot_tokens_[s];
-    const std::vector<int32_t>& prompt = requests[s].prompt;
-    const size_t limit = std::min(held.size(), prompt.size() - 1);  // the last prompt token runs for its logits
-    cached[s] = std::mismatch(prompt.begin(), prompt.begin() + static_cast<long>(limit), held.begin()).first -
-                prompt.begin();
-  }
-  slot_tokens_.clear();  // nothing is claimed while the run writes (a failed run leaves the cache unknown)
-  GenerationRun run(group_, requests, keep_logits, on_token, cached);
+  // Nothing is claimed while the run writes (a failed run leaves the caches unknown).
+  GenerationRun run(group_, requests, keep_logits, on_token, std::exchange(slot_tokens_, {}), prefix_reuse_);
   run.run(overlap_steps_);
-  std::vector<GenerationOutput> out = run.result();
-  reused_ = std::move(cached);
-  if (prefix_reuse_ && slot_per_request)
-    for (size_t s = 0; s < requests.size(); ++s) {
-      // The slot holds the prompt and every generated token fed back, all but the last.
-      std::vector<int32_t> held = requests[s].prompt;
-      if (!out[s].tokens.empty()) held.insert(held.end(), out[s].tokens.begin(), out[s].tokens.end() - 1);
-      slot_tokens_.push_back(std::move(held));
-    }
-  return out;
+  reused_ = run.reused();
+  if (prefix_reuse_) slot_tokens_ = run.slot_contents();
+  return run.result();
 }
 
 void Generator::set_prefix_reuse(bool on) {

@@ -48,15 +48,18 @@ class Generator {
   // Teacher-forced logits of every prompt position, [prompt, vocab].
   std::vector<float> score(const std::vector<int32_t>& prompt);
 
-  // Prefix reuse (off by default): between generate() calls the generator
-  // remembers which tokens each sequence slot's KV cache holds, and a request
-  // (in the slot of its index) prefills only what follows the longest prefix
-  // its prompt shares with them, at least its last token: a conversation's
-  // next turn prefills only the new messages. Nothing else may write the
-  // group's cache meanwhile. On the CPU backend the tokens and logits are
-  // those of a whole prefill, bit for bit (its products and attention do not
-  // depend on the batch); on the GPU in bf16 a product over other row counts
-  // rounds differently, so near-ties can go the other way.
+  // Prefix reuse (off by default): the generator keeps track of which tokens
+  // each sequence slot's KV cache holds, within a call and between calls, and
+  // a request prefills only what follows the longest prefix of its prompt
+  // (all but its last token) that a slot holds: its own slot's in place,
+  // another's copied (Runner::copy_kv_prefix), or one that a request beside
+  // it is prefilling, copied once it is in. A conversation's next turn
+  // prefills only the new messages; prompts with a shared system prompt
+  // prefill it once. Nothing else may write the group's cache meanwhile. On
+  // the CPU backend the tokens and logits are those of a whole prefill, bit
+  // for bit (its products and attention do not depend on the batch); on the
+  // GPU in bf16 a product over other row counts rounds differently, so
+  // near-ties can go the other way.
   void set_prefix_reuse(bool on);
   // Per request of the last generate(): its prompt tokens found in the cache.
   const std::vector<int64_t>& reused_prompt_tokens() const { return reused_; }

@@ -140,6 +140,21 @@ void Runner::set_batch(const BatchDesc& b) {
   if (diag_.shapes || diag_.attn) log_batch_diagnostics(b);
 }
 
+void Runner::copy_kv_prefix(int32_t from, int32_t to, int64_t positions) {
+  const KvCacheShape cs = cache_shape();
+  LS_REQUIRE(from >= 0 && from < limits_.max_slots && to >= 0 && to < limits_.max_slots && positions >= 0 &&
+                 positions <= limits_.max_seq,
+             ErrorKind::kInternal, "cache copy of {} positions from slot {} to slot {}", positions, from, to);
+  if (from == to || positions == 0) return;
+  const auto elem = static_cast<int64_t>(dtype_size(act_));
+  const int64_t bytes = positions * cs.position_stride() * elem;
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    for (const Buffer* cache : {&k_cache_[static_cast<size_t>(l)], &v_cache_[static_cast<size_t>(l)]}) {
+      auto* base = cache->as<uint8_t>();
+      backend_.copy_within(base + cs.offset(to, 0, 0) * elem, base + cs.offset(from, 0, 0) * elem, bytes);
+    }
+}
+
 void Runner::embed() {
   backend_.embedding(EmbeddingParams{.ids = ids_,
                                      .table = weights_.embed.data(),

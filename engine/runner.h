@@ -89,6 +89,10 @@ class Runner {
   int64_t batch_logit_rows() const { return logit_rows_; }
   // The batch's AttentionParams::no_lower_writes, which a captured step bakes in.
   bool batch_no_lower_writes() const { return no_lower_writes_; }
+  // Copies the keys and values of positions [0, positions) of sequence slot
+  // `from` to slot `to` in every layer (a shared prompt prefix), queued
+  // before the next step.
+  void copy_kv_prefix(int32_t from, int32_t to, int64_t positions);
   // Logs what --diag asked for after a layer (called by the group).
   void log_layer_diagnostics(int64_t layer, double seconds);
 

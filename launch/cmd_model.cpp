@@ -110,6 +110,7 @@ struct TextOptions {
   bool no_special_tokens = false;  // else the tokenizer's post-processor adds its BOS (as HF's default)
   ChatOptions chat;
   std::string prompts_file;  // one request a line (run_generate_batch)
+  bool no_prefix_reuse = false;  // --prompts-file: prefill every prompt whole
   bool text() const { return prompt.has_value() || !prompt_file.empty() || !chat.messages_file.empty(); }
 };
 
@@ -272,6 +273,7 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   };
   for (size_t r = 0; r < requests.size(); ++r) done[r] = requests[r].max_new_tokens == 0;
   Generator generator(engine.group(), !c.engine.sync_steps);
+  generator.set_prefix_reuse(!text.no_prefix_reuse);
   generator.generate(requests, false, [&](size_t r, int32_t id) {
     ids[r].push_back(id);
     done[r] = static_cast<int64_t>(ids[r].size()) == requests[r].max_new_tokens ||
@@ -279,6 +281,13 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
     if (world().rank == 0) print_done();
   });
   if (world().rank == 0) print_done();
+  int64_t prompt_tokens = 0, reused = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    prompt_tokens += static_cast<int64_t>(requests[r].prompt.size());
+    reused += generator.reused_prompt_tokens()[r];
+  }
+  spdlog::info("{} requests: {} prompt tokens, {} of them found in the KV cache (a prefix another request prefilled)",
+               requests.size(), prompt_tokens, reused);
   return 0;
 }
 
@@ -347,6 +356,9 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
               "--prompt: no special tokens around the text (default: those of the tokenizer's post-processor, "
               "e.g. a BOS)");
   add_chat_options(g, text->chat, true);
+  g->add_flag("--no-prefix-reuse", text->no_prefix_reuse,
+              "--prompts-file: prefill every prompt whole (by default a prompt prefix that another request "
+              "prefilled is copied from its KV cache; on a GPU in bf16 that can turn near-ties)");
   g->add_flag("--sync-steps", gen->engine.sync_steps,
               "queue each decode step only once the last one's tokens are in (default: one step ahead)");
   add_generation_options(g, *request, *stop, true);

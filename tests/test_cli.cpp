@@ -262,6 +262,35 @@ TEST_F(Cli, PromptsFileRunsEveryLineAsOneBatch) {
   EXPECT_EQ(nlohmann::json::parse(third)["ids"].size(), 2u);
 }
 
+// --prompts-file lines sharing a 19-token prefix prefill it once: each later
+// line copies it from a slot that holds it (or finds it in its own), with the
+// tokens of whole prefills, at any --max-batch and at TP=2.
+TEST_F(Cli, PromptsFileSharesPrefixes) {
+  auto model = make_model("m");
+  const std::string file = (dir_ / "p.jsonl").string();
+  std::ofstream out(file);
+  for (int i = 0; i < 7; ++i) {
+    std::string ids = "1, 20, 300, 4, 55, 66, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19";
+    for (int j = 0; j <= i; ++j) ids += ", " + std::to_string(100 + 13 * i + j);
+    out << "{\"prompt_ids\": [" << ids << "], \"max_new_tokens\": " << 3 + 2 * i << "}\n";
+  }
+  out.close();
+  const std::string common = "--ignore-eos --prompts-file " + file + " ";
+  const CommandResult whole = generate(model, common + "--no-prefix-reuse");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_NE(whole.err.find("7 requests: 161 prompt tokens, 0 of them found"), std::string::npos) << whole.err;
+  for (const std::string batch : {"1", "3", "7"}) {
+    const CommandResult reused = generate(model, common + "--max-batch " + batch);
+    EXPECT_EQ(reused.out, whole.out) << "--max-batch " << batch;
+    EXPECT_NE(reused.err.find("7 requests: 161 prompt tokens, 114 of them found"), std::string::npos) << reused.err;
+  }
+  const CommandResult tp2 =
+      run(mpirun(2) + lockstep("generate --backend cpu --model " + model.string() + " --max-batch 3 " + common),
+          dir_ / "tp2");
+  EXPECT_EQ(tp2.exit_code, 0) << tp2.err;
+  EXPECT_EQ(tp2.out, whole.out);
+}
+
 TEST_F(Cli, PromptsFileErrorsNameTheLine) {
   auto model = make_model("m");
   const auto with_lines = [&](const std::string& content) {

@@ -167,6 +167,50 @@ TEST_F(EngineTest, PrefixReuseEqualsWholePrefill) {
   expect_whole({a3}, true, {0});
 }
 
+// Prompts that share a prefix: a request admitted beside the one prefilling
+// it waits and copies it once it is in; later ones copy what a slot holds or
+// reuse their own slot's. Each request's tokens and logits are those it gets
+// alone.
+TEST_F(EngineTest, SharedPrefixesAreCopiedBetweenSlots) {
+  const std::vector<int32_t> shared = prompt(30, 7);
+  const auto with = [&](size_t n, std::vector<int32_t> tail) {
+    std::vector<int32_t> p(shared.begin(), shared.begin() + static_cast<long>(n));
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  std::vector<GenerationRequest> requests = {
+      {.prompt = with(30, {1, 2}), .max_new_tokens = 3},  // slot 0, prefilled whole
+      {.prompt = with(30, {3}), .max_new_tokens = 6},     // slot 1: waits for slot 0's 30
+      {.prompt = with(10, {5, 6, 7}), .max_new_tokens = 2, .sampling = {.temperature = 0.9, .seed = 2}},
+      {.prompt = with(30, {1, 2}), .max_new_tokens = 4},  // as request 0
+      {.prompt = prompt(5, 9), .max_new_tokens = 2},      // nothing shared
+      {.prompt = shared, .max_new_tokens = 3},
+  };
+  for (size_t r = 0; r < requests.size(); ++r) requests[r].sampling_sequence = static_cast<int64_t>(r);
+  std::vector<GenerationOutput> alone;
+  for (const GenerationRequest& r : requests) {
+    auto e = engine(1, 256);
+    alone.push_back(Generator(e->group()).generate({r}, true)[0]);
+  }
+  for (const bool keep_logits : {true, false}) {
+    auto two_slots = engine(2, 16);
+    Generator g(two_slots->group());
+    g.set_prefix_reuse(true);
+    const std::vector<GenerationOutput> out = g.generate(requests, keep_logits);
+    for (size_t r = 0; r < requests.size(); ++r) {
+      EXPECT_EQ(out[r].tokens, alone[r].tokens) << "request " << r << " keep_logits " << keep_logits;
+      if (keep_logits) {
+        EXPECT_EQ(out[r].logits, alone[r].logits) << "request " << r;
+      }
+    }
+    // 0 in slot 0 and 1 in slot 1 (30 copied from slot 0); 0 ends first and
+    // 2 takes slot 0 (10 in place); 1 ends and 3 takes slot 1 (its 30 plus
+    // nothing more: slot 0 now holds 2's tokens past 10); 2 ends and 4 takes
+    // slot 0 (nothing); 3 ends and 5 takes slot 1 (29 in place: all but its last).
+    EXPECT_EQ(g.reused_prompt_tokens(), (std::vector<int64_t>{0, 30, 10, 30, 0, 29}));
+  }
+}
+
 // Continuous batching: more requests than slots, each taking a slot as one
 // frees up, give each request the tokens and logits it gets alone.
 TEST_F(EngineTest, MoreRequestsThanSlotsEqualOneAtATime) {

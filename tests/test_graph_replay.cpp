@@ -32,6 +32,10 @@ class RecordingBackend final : public Backend {
     EXPECT_FALSE(capturing_) << "host copy inside a captured step";
     cpu_->to_host(dst, src, bytes);
   }
+  void copy_within(void* dst, const void* src, int64_t bytes) override {
+    EXPECT_FALSE(capturing_) << "cache copy inside a captured step";
+    cpu_->copy_within(dst, src, bytes);
+  }
   Buffer alloc_host_visible(int64_t bytes) override { return cpu_->alloc_host_visible(bytes); }
   void synchronize() override {}
   // Counts the steps marked and not yet waited for (queued steps).

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <sstream>
 
 #include <fmt/ranges.h>
@@ -130,6 +131,35 @@ TEST_F(CudaCli, UnsupportedHeadDimIsRefusedBeforeLoading) {
   EXPECT_EQ(cuda.err.find("loaded in"), std::string::npos) << "refused only after loading: " << cuda.err;
   CommandResult cpu = run(lockstep("generate --backend cpu" + args), dir_ / "cpu");
   EXPECT_EQ(cpu.exit_code, 0) << cpu.err;
+}
+
+// --prompts-file with shared prefixes on the GPU: the prefixes copied between
+// KV-cache slots (a device-to-device copy) give the ids of whole prefills and
+// of the CPU backend. In float32, where a flip needs a top-2 margin as small
+// as float32's reordering error (~1e-6 of the logits; the random model's
+// margins are ~1e-2), so the ids must be equal.
+TEST_F(CudaCli, PromptsFileSharedPrefixesMatchCpu) {
+  const fs::path model = dir_ / "m";
+  ASSERT_EQ(run(lockstep("make-model --preset tiny --out " + model.string()), dir_ / "make").exit_code, 0);
+  const std::string file = (dir_ / "p.jsonl").string();
+  std::ofstream out(file);
+  for (int i = 0; i < 7; ++i) {
+    std::string ids = "1, 20, 300, 4, 55, 66, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19";
+    for (int j = 0; j <= i; ++j) ids += ", " + std::to_string(100 + 13 * i + j);
+    out << "{\"prompt_ids\": [" << ids << "], \"max_new_tokens\": " << 3 + 2 * i << "}\n";
+  }
+  out.close();
+  const auto ids = [&](const std::string& flags) {
+    const CommandResult r = run(lockstep("generate --model " + model.string() + " --prompts-file " + file +
+                                         " --max-batch 3 --ignore-eos " + flags),
+                                dir_ / "gen");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return std::make_pair(r.out, r.err);
+  };
+  const auto [reused, log] = ids("--backend cuda --dtype float32");
+  EXPECT_NE(log.find("7 requests: 161 prompt tokens, 114 of them found in the KV cache"), std::string::npos) << log;
+  EXPECT_EQ(reused, ids("--backend cuda --dtype float32 --no-prefix-reuse").first);
+  EXPECT_EQ(reused, ids("--backend cpu").first);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGolden, ::testing::ValuesIn(cuda_golden_params()),
