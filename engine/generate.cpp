@@ -171,19 +171,26 @@ class GenerationRun {
       active_.push_back(r);
     }
   }
-  // Copies the pending prefixes whose slots hold them by now.
+  // After a step: copies the pending prefixes whose slots hold them by now
+  // (before those slots can change hands). A slot that will not hold one
+  // after all leaves its request to prefill it.
   void copy_pending() {
     for (size_t r : active_) {
       Pending& p = pending_[r];
-      if (p.positions == 0 || shared_prefix(requests_[r].prompt, static_cast<size_t>(p.from), false) < p.positions)
-        continue;
-      group_.runner().copy_kv_prefix(p.from, slot_[r], static_cast<int64_t>(p.positions));
-      fed_[r] = reused_[r] = p.positions;
-      p = {};
+      if (p.positions == 0) continue;
+      const auto from = static_cast<size_t>(p.from);
+      if (shared_prefix(requests_[r].prompt, from, false) >= p.positions) {
+        group_.runner().copy_kv_prefix(p.from, slot_[r], static_cast<int64_t>(p.positions));
+        fed_[r] = reused_[r] = p.positions;
+        p = {};
+      } else if (shared_prefix(requests_[r].prompt, from, true) < p.positions) {
+        p = {};
+      }
     }
   }
-  // Finished requests give their slots back.
+  // After a step: pending copies, then finished requests give their slots back.
   void retire() {
+    copy_pending();
     for (size_t r : active_)
       if (finished(r)) free_slots_.insert(slot_[r]);
     std::erase_if(active_, [&](size_t r) { return finished(r); });
@@ -192,7 +199,6 @@ class GenerationRun {
   // each prompt asks for logits), else one token of every active request.
   Step next_step() {
     const RunnerLimits& limits = group_.runner().limits();
-    copy_pending();
     Step step;
     const bool prefill = std::any_of(active_.begin(), active_.end(), [&](size_t r) { return prefilling(r); });
     for (size_t r : active_) {

@@ -209,6 +209,20 @@ TEST_F(EngineTest, SharedPrefixesAreCopiedBetweenSlots) {
     // slot 0 (nothing); 3 ends and 5 takes slot 1 (29 in place: all but its last).
     EXPECT_EQ(g.reused_prompt_tokens(), (std::vector<int64_t>{0, 30, 10, 30, 0, 29}));
   }
+  // The request prefilling a prefix ends with its first token, and a waiting
+  // one takes its slot at once: the prefix is copied before the slot changes hands.
+  requests = {{.prompt = with(30, {1}), .max_new_tokens = 1},
+              {.prompt = with(30, {2}), .max_new_tokens = 3},
+              {.prompt = prompt(20, 11), .max_new_tokens = 2}};
+  auto two_slots = engine(2, 16);
+  Generator g(two_slots->group());
+  g.set_prefix_reuse(true);
+  const std::vector<GenerationOutput> out = g.generate(requests, false);
+  EXPECT_EQ(g.reused_prompt_tokens(), (std::vector<int64_t>{0, 30, 0}));
+  for (size_t r = 0; r < requests.size(); ++r) {
+    auto e = engine(1, 256);
+    EXPECT_EQ(out[r].tokens, Generator(e->group()).generate({requests[r]}, false)[0].tokens) << "request " << r;
+  }
 }
 
 // Continuous batching: more requests than slots, each taking a slot as one
