@@ -56,13 +56,6 @@ class Backend {
   virtual void to_host(void* host_dst, const void* src, int64_t bytes) = 0;
   // Copies bytes between this backend's memory, queued like the ops.
   virtual void copy_within(void* dst, const void* src, int64_t bytes) = 0;
-  // Whether copying a prompt prefix's keys and values from one cache slot to
-  // another costs less than computing them again (Generator's prefix reuse).
-  // On the CPU by orders of magnitude: its products run at ~1e11 FLOP/s.
-  // Not on a GPU, whose prefill runs near the tensor cores' peak: a token of
-  // llama3-8b costs 16 GFLOP (~30 ns at 557 TFLOP/s) to compute and 128 KB of
-  // keys and values (~60 ns at ~2 TB/s) to copy (benchmarks/NOTES.md).
-  virtual bool kv_copies_beat_prefill() const { return false; }
   // Converts float32 host values to `dtype` and places them on the backend.
   Buffer upload(const std::vector<float>& host, DType dtype);
   // Memory the backend's ops write and the host reads directly, once the op

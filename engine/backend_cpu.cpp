@@ -57,7 +57,6 @@ class CpuBackend final : public Backend {
   void copy_within(void* dst, const void* src, int64_t bytes) override {
     std::memmove(dst, src, static_cast<size_t>(bytes));
   }
-  bool kv_copies_beat_prefill() const override { return true; }
   Buffer alloc_host_visible(int64_t bytes) override {
     Buffer b = alloc(bytes);
     std::memset(b.data(), 0, static_cast<size_t>(bytes));

@@ -47,7 +47,6 @@ class GenerationRun {
   GenerationRun(TpGroup& group, const std::vector<GenerationRequest>& requests, bool keep_logits,
                 const TokenCallback& on_token, std::vector<std::vector<int32_t>> slot_tokens, bool reuse)
       : group_(group), requests_(requests), keep_logits_(keep_logits), on_token_(on_token), reuse_(reuse),
-        copies_(reuse && group.runner().backend().kv_copies_beat_prefill()),
         out_(requests.size()), vocab_(group.vocab_size()), slot_(requests.size(), -1), fed_(requests.size(), 0),
         reused_(requests.size(), 0), pending_(requests.size()), slot_tokens_(std::move(slot_tokens)) {
     const auto slots = static_cast<size_t>(group.runner().limits().max_slots);
@@ -146,9 +145,8 @@ class GenerationRun {
   }
   // Waiting requests, in order, into the free slots (the lowest first). With
   // reuse, a request starts from the longest prefix of its prompt that a
-  // slot holds: its own slot's in place, or where copies pay, another's
-  // copied now, or another's whose request is still prefilling it, copied
-  // once it is in (pending).
+  // slot holds: its own slot's in place, another's copied now, or another's
+  // whose request is still prefilling it, copied once it is in (pending).
   void admit() {
     for (; next_waiting_ < requests_.size() && !free_slots_.empty(); ++next_waiting_) {
       const size_t r = next_waiting_;
@@ -157,7 +155,7 @@ class GenerationRun {
       const std::vector<int32_t>& prompt = requests_[r].prompt;
       size_t now = reuse_ ? shared_prefix(prompt, static_cast<size_t>(s), false) : 0;
       int32_t from = s;
-      for (size_t t = 0; copies_ && t < occupant_.size(); ++t) {
+      for (size_t t = 0; reuse_ && t < occupant_.size(); ++t) {
         if (t == static_cast<size_t>(s)) continue;
         const size_t held = shared_prefix(prompt, t, false), planned = shared_prefix(prompt, t, true);
         if (held > now) now = held, from = static_cast<int32_t>(t);
@@ -266,7 +264,6 @@ class GenerationRun {
   bool keep_logits_;
   const TokenCallback& on_token_;
   bool reuse_;
-  bool copies_;  // reuse through copies from other slots (Backend::kv_copies_beat_prefill)
   std::vector<GenerationOutput> out_;
   std::vector<Sampler> samplers_;
   int64_t vocab_;

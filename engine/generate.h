@@ -51,12 +51,11 @@ class Generator {
   // Prefix reuse (off by default): the generator keeps track of which tokens
   // each sequence slot's KV cache holds, within a call and between calls, and
   // a request prefills only what follows the longest prefix of its prompt
-  // (all but its last token) that a slot holds: its own slot's in place, or
-  // where the backend's copies beat its prefill (Backend::
-  // kv_copies_beat_prefill: the CPU's), another's copied (Runner::
-  // copy_kv_prefix), or one that a request beside it is prefilling, copied
-  // once it is in. A conversation's next turn prefills only the new
-  // messages; on the CPU, prompts with a shared system prompt prefill it once. Nothing else may write the group's cache meanwhile. On
+  // (all but its last token) that a slot holds: its own slot's in place,
+  // another's copied (Runner::copy_kv_prefix), or one that a request beside
+  // it is prefilling, copied once it is in. A conversation's next turn
+  // prefills only the new messages; prompts with a shared system prompt
+  // prefill it once. Nothing else may write the group's cache meanwhile. On
   // the CPU backend the tokens and logits are those of a whole prefill, bit
   // for bit (its products and attention do not depend on the batch); on the
   // GPU in bf16 a product over other row counts rounds differently, so

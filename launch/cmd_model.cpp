@@ -357,8 +357,8 @@ void add_model_commands(CLI::App& root, CommandTable& table) {
               "e.g. a BOS)");
   add_chat_options(g, text->chat, true);
   g->add_flag("--no-prefix-reuse", text->no_prefix_reuse,
-              "--prompts-file: prefill every prompt whole (by default a prompt prefix still in a request's KV-cache "
-              "slot, or on the CPU another's, is not prefilled again; on a GPU in bf16 that can turn near-ties)");
+              "--prompts-file: prefill every prompt whole (by default a prompt prefix that another request "
+              "prefilled is copied from its KV cache; on a GPU in bf16 that can turn near-ties)");
   g->add_flag("--sync-steps", gen->engine.sync_steps,
               "queue each decode step only once the last one's tokens are in (default: one step ahead)");
   add_generation_options(g, *request, *stop, true);

@@ -36,7 +36,6 @@ class RecordingBackend final : public Backend {
     EXPECT_FALSE(capturing_) << "cache copy inside a captured step";
     cpu_->copy_within(dst, src, bytes);
   }
-  bool kv_copies_beat_prefill() const override { return cpu_->kv_copies_beat_prefill(); }
   Buffer alloc_host_visible(int64_t bytes) override { return cpu_->alloc_host_visible(bytes); }
   void synchronize() override {}
   // Counts the steps marked and not yet waited for (queued steps).
