@@ -48,4 +48,15 @@ inline CommandResult run(const std::string& args, const std::filesystem::path& s
 
 inline std::string lockstep(const std::string& args) { return binary() + " " + args; }
 
+// A --prompts-file of 7 requests sharing a 19-token prefix, each with 1-7
+// tokens of its own (161 prompt tokens in all) and 3, 5, ... 15 new tokens.
+inline void write_shared_prefix_prompts(const std::filesystem::path& file) {
+  std::ofstream out(file);
+  for (int i = 0; i < 7; ++i) {
+    std::string ids = "1, 20, 300, 4, 55, 66, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19";
+    for (int j = 0; j <= i; ++j) ids += ", " + std::to_string(100 + 13 * i + j);
+    out << "{\"prompt_ids\": [" << ids << "], \"max_new_tokens\": " << 3 + 2 * i << "}\n";
+  }
+}
+
 }  // namespace lockstep::testing_cli

@@ -268,13 +268,7 @@ TEST_F(Cli, PromptsFileRunsEveryLineAsOneBatch) {
 TEST_F(Cli, PromptsFileSharesPrefixes) {
   auto model = make_model("m");
   const std::string file = (dir_ / "p.jsonl").string();
-  std::ofstream out(file);
-  for (int i = 0; i < 7; ++i) {
-    std::string ids = "1, 20, 300, 4, 55, 66, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19";
-    for (int j = 0; j <= i; ++j) ids += ", " + std::to_string(100 + 13 * i + j);
-    out << "{\"prompt_ids\": [" << ids << "], \"max_new_tokens\": " << 3 + 2 * i << "}\n";
-  }
-  out.close();
+  write_shared_prefix_prompts(file);
   const std::string common = "--ignore-eos --prompts-file " + file + " ";
   const CommandResult whole = generate(model, common + "--no-prefix-reuse");
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
