@@ -10,7 +10,7 @@ namespace lockstep {
 
 Generator::Generator(TpGroup& group, bool overlap_steps) : group_(group), overlap_steps_(overlap_steps) {}
 
-void Generator::check_request(const GenerationRequest& r) const {
+void Generator::check(const GenerationRequest& r) const {
   const Runner& runner = group_.runner();
   const int64_t vocab = runner.config().vocab_size;
   LS_REQUIRE(!r.prompt.empty(), ErrorKind::kInvalidArgument, "the prompt is empty");
@@ -288,7 +288,7 @@ class GenerationRun {
 
 std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRequest>& requests, bool keep_logits,
                                                   const TokenCallback& on_token) {
-  for (const auto& r : requests) check_request(r);
+  for (const auto& r : requests) check(r);
   group_.drop_queued();
   // Nothing is claimed while the run writes (a failed run leaves the caches unknown).
   GenerationRun run(group_, requests, keep_logits, on_token, std::exchange(slot_tokens_, {}), prefix_reuse_);
@@ -305,7 +305,7 @@ void Generator::set_prefix_reuse(bool on) {
 
 std::vector<float> Generator::score(const std::vector<int32_t>& prompt) {
   GenerationRequest r{.prompt = prompt, .max_new_tokens = 0};
-  check_request(r);
+  check(r);
   slot_tokens_.clear();  // slot 0 is rewritten (the others are forgotten too: simpler, and only costs a prefill)
   const RunnerLimits& limits = group_.runner().limits();
   const int64_t chunk = std::min(limits.max_step_tokens, limits.max_logit_rows);

@@ -45,6 +45,11 @@ class Generator {
   std::vector<GenerationOutput> generate(const std::vector<GenerationRequest>& requests, bool keep_logits,
                                          const TokenCallback& on_token = nullptr);
 
+  // Fails, naming the problem, on a request generate() would refuse: an empty
+  // prompt, an id outside the vocabulary, a prompt and new tokens past the
+  // context, bad sampling settings.
+  void check(const GenerationRequest& r) const;
+
   // Teacher-forced logits of every prompt position, [prompt, vocab].
   std::vector<float> score(const std::vector<int32_t>& prompt);
 
@@ -65,7 +70,6 @@ class Generator {
   const std::vector<int64_t>& reused_prompt_tokens() const { return reused_; }
 
  private:
-  void check_request(const GenerationRequest& r) const;
   TpGroup& group_;
   bool overlap_steps_;
   bool prefix_reuse_ = false;

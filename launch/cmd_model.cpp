@@ -172,6 +172,50 @@ GenerationRequest request_settings(const nlohmann::ordered_json& line, const Gen
   return r;
 }
 
+// A --prompts-file line's prompt: its "prompt_ids", or its "messages" or
+// "prompt" tokenized (through the chat template where asked).
+void encode_prompt_line(const ModelRunConfig& c, const TextOptions& t, const nlohmann::ordered_json& line,
+                        std::optional<Tokenizer>& tokenizer, std::vector<int32_t>& prompt) {
+  if (line.contains("prompt_ids")) {
+    LS_REQUIRE(line["prompt_ids"].is_array(), ErrorKind::kInvalidArgument, "prompt_ids must be a list");
+    for (const auto& id : line["prompt_ids"]) {
+      LS_REQUIRE(id.is_number_integer() && id.get<int64_t>() >= INT32_MIN && id.get<int64_t>() <= INT32_MAX,
+                 ErrorKind::kInvalidArgument, "prompt_ids must be a list of token ids");
+      prompt.push_back(id.get<int32_t>());
+    }
+    return;
+  }
+  if (!tokenizer) tokenizer.emplace(load_tokenizer(c.engine.model_dir, t.tokenizer));
+  if (line.contains("messages")) {
+    LS_REQUIRE(line["messages"].is_array() && !line["messages"].empty(), ErrorKind::kInvalidArgument,
+               "messages must be a non-empty list");
+    prompt = tokenizer->encode(render_conversation(t.chat, c.engine.model_dir, line["messages"]));
+    return;
+  }
+  LS_REQUIRE(line["prompt"].is_string(), ErrorKind::kInvalidArgument, "prompt must be a string");
+  const std::string text_prompt = line["prompt"].get<std::string>();
+  if (t.chat.chat) {
+    prompt = tokenizer->encode(render_chat(t.chat, c.engine.model_dir, text_prompt));
+  } else {
+    prompt = tokenizer->encode(text_prompt);
+    if (!t.no_special_tokens) prompt = tokenizer->with_special_tokens(prompt);
+  }
+}
+
+struct PromptsFile {
+  std::vector<GenerationRequest> requests;
+  std::vector<int> lines;  // each request's line in the file
+  // Runs `f`, naming request i's line in what it throws.
+  template <typename F>
+  void at_line(const std::string& file, size_t i, F f) const {
+    try {
+      f();
+    } catch (const Error& e) {
+      LS_FAIL(e.kind(), "--prompts-file {} line {}: {}", file, lines[i], e.what());
+    }
+  }
+};
+
 // --prompts-file: one request a line, a JSON object holding "prompt" (text,
 // taken as --prompt is, --chat, --system and --no-special-tokens included),
 // "prompt_ids" (a list of ids) or "messages" (a conversation, as --messages);
@@ -179,11 +223,12 @@ GenerationRequest request_settings(const nlohmann::ordered_json& line, const Gen
 // "top_p", "seed" override the command line's for that request. The requests
 // in order, their sampling bits drawn for their line's index (so they do not
 // depend on which requests share a step).
-std::vector<GenerationRequest> read_prompts_file(const ModelRunConfig& c, const TextOptions& t,
-                                                 const GenerationRequest& shared, std::optional<Tokenizer>& tokenizer) {
+PromptsFile read_prompts_file(const ModelRunConfig& c, const TextOptions& t, const GenerationRequest& shared,
+                              std::optional<Tokenizer>& tokenizer) {
   std::ifstream in(t.prompts_file, std::ios::binary);
   LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read --prompts-file {}", t.prompts_file);
-  std::vector<GenerationRequest> requests;
+  PromptsFile file;
+  std::vector<GenerationRequest>& requests = file.requests;
   std::string text;
   for (int number = 1; std::getline(in, text); ++number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -201,37 +246,14 @@ std::vector<GenerationRequest> read_prompts_file(const ModelRunConfig& c, const 
                "{}: expected an object with one of \"prompt\", \"prompt_ids\", \"messages\"", where());
     requests.push_back(request_settings(line, shared, where()));
     requests.back().sampling_sequence = static_cast<int64_t>(requests.size() - 1);
-    std::vector<int32_t>& prompt = requests.back().prompt;
-    if (line.contains("prompt_ids")) {
-      LS_REQUIRE(line["prompt_ids"].is_array(), ErrorKind::kInvalidArgument, "{}: prompt_ids must be a list", where());
-      std::vector<int32_t> ids;
-      for (const auto& id : line["prompt_ids"]) {
-        LS_REQUIRE(id.is_number_integer() && id.get<int64_t>() >= INT32_MIN && id.get<int64_t>() <= INT32_MAX,
-                   ErrorKind::kInvalidArgument, "{}: prompt_ids must be a list of token ids", where());
-        ids.push_back(id.get<int32_t>());
-      }
-      prompt = std::move(ids);
-      continue;
-    }
-    if (!tokenizer) tokenizer.emplace(load_tokenizer(c.engine.model_dir, t.tokenizer));
-    if (line.contains("messages")) {
-      LS_REQUIRE(line["messages"].is_array() && !line["messages"].empty(), ErrorKind::kInvalidArgument,
-                 "{}: messages must be a non-empty list", where());
-      prompt = tokenizer->encode(render_conversation(t.chat, c.engine.model_dir, line["messages"]));
-      continue;
-    }
-    LS_REQUIRE(line["prompt"].is_string(), ErrorKind::kInvalidArgument, "{}: prompt must be a string", where());
-    const std::string text_prompt = line["prompt"].get<std::string>();
-    if (t.chat.chat) {
-      prompt = tokenizer->encode(render_chat(t.chat, c.engine.model_dir, text_prompt));
-    } else {
-      prompt = tokenizer->encode(text_prompt);
-      if (!t.no_special_tokens) prompt = tokenizer->with_special_tokens(prompt);
-    }
+    file.lines.push_back(number);
+    file.at_line(t.prompts_file, requests.size() - 1,
+                 [&] { encode_prompt_line(c, t, line, tokenizer, requests.back().prompt); });
   }
   LS_REQUIRE(!requests.empty(), ErrorKind::kInvalidArgument, "--prompts-file {} holds no prompts", t.prompts_file);
-  return requests;
+  return file;
 }
+
 
 std::vector<int32_t> without_special_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
   std::vector<int32_t> kept;
@@ -252,13 +274,17 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   LS_REQUIRE(text.chat.messages_file.empty(), ErrorKind::kInvalidArgument,
              "give exactly one of --prompt-ids, --prompt, --prompt-file, --messages, --prompts-file");
   std::optional<Tokenizer> tokenizer;
-  std::vector<GenerationRequest> requests = read_prompts_file(c, text, base, tokenizer);
+  PromptsFile file = read_prompts_file(c, text, base, tokenizer);
+  std::vector<GenerationRequest>& requests = file.requests;
   if (c.max_batch_option == nullptr || c.max_batch_option->count() == 0)
     c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(requests.size()), 32);
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
   const std::vector<int32_t> stop_ids = resolve_stop_ids(stop, engine.config());
   for (GenerationRequest& r : requests) r.stop_ids = stop_ids;
+  Generator generator(engine.group(), !c.engine.sync_steps);
+  for (size_t i = 0; i < requests.size(); ++i)
+    file.at_line(text.prompts_file, i, [&] { generator.check(requests[i]); });  // before any step
   std::vector<std::vector<int32_t>> ids(requests.size());
   std::vector<bool> done(requests.size());
   size_t printed = 0;
@@ -272,7 +298,6 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
     }
   };
   for (size_t r = 0; r < requests.size(); ++r) done[r] = requests[r].max_new_tokens == 0;
-  Generator generator(engine.group(), !c.engine.sync_steps);
   generator.set_prefix_reuse(!text.no_prefix_reuse);
   generator.generate(requests, false, [&](size_t r, int32_t id) {
     ids[r].push_back(id);

@@ -296,7 +296,15 @@ TEST_F(Cli, PromptsFileErrorsNameTheLine) {
   expect_clean_failure(with_lines("{\"text\": \"x\"}\n"), {"line 1", "\"prompt\""});
   expect_clean_failure(with_lines("{\"prompt\": \"x\", \"prompt_ids\": [1]}\n"), {"line 1", "one of"});
   expect_clean_failure(with_lines("{\"prompt_ids\": \"1,2\"}\n"), {"line 1", "prompt_ids must be a list"});
-  expect_clean_failure(with_lines("{\"prompt_ids\": [1, -5]}\n"), {"outside the vocabulary"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1]}\n\n{\"prompt_ids\": [1, -5]}\n"),
+                       {"line 3", "outside the vocabulary"});
+  // Checks that need the model name the line too, and come before any step.
+  const CommandResult too_long = with_lines("{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1, 2], \"max_new_tokens\": 100000}\n");
+  expect_clean_failure(too_long, {"line 2", "exceeds the context length"});
+  EXPECT_EQ(too_long.out, "");
+  std::ofstream(model / "tokenizer_config.json") << R"({"chat_template": "{{ messages[0].content }}{{ raise_exception('bad turn') }}"})";
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1]}\n{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n"),
+                       {"line 2", "chat template refused the messages: bad turn"});
   expect_clean_failure(with_lines("\n\n"), {"holds no prompts"});
   expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"temperature\": -1}\n"), {"line 1", "temperature"});
   expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"max_new_tokens\": \"x\"}\n"), {"line 1", "wrong type"});
