@@ -34,9 +34,10 @@ namespace {
 // One generate() call: the requests, their outputs so far and the steps
 // that produce them. Continuous batching: requests take the free sequence
 // slots (lowest first) in order, and a request that finishes frees its slot
-// for the next. A step holds either prompt tokens (of every admitted request
-// with some left, in order, up to the step's limits) or one token of every
-// decoding sequence, so with no more requests than slots the steps are one
+// for the next. The first steps prefill the first requests' prompts; from
+// the first decode step on, a step holds one token of every decoding
+// sequence and prompt tokens of the requests admitted since (in order, up to
+// the step's limits), so with no more requests than slots the steps are one
 // prefill of all prompts, then decode steps. A request's tokens do not depend
 // on which others share its steps, except through how a backend rounds
 // products of other row counts (the CPU backend's do not depend on them).
@@ -193,15 +194,18 @@ class GenerationRun {
       if (finished(r)) free_slots_.insert(slot_[r]);
     std::erase_if(active_, [&](size_t r) { return finished(r); });
   }
-  // Prompt tokens while any admitted request has some left (the last of
-  // each prompt asks for logits), else one token of every active request.
+  // One token of every decoding request, then prompt tokens of those
+  // prefilling (the last of each prompt asks for logits) up to the step's
+  // limits; until the first decode step, prompt tokens alone, so that the
+  // requests of a first batch start decoding together.
   Step next_step() {
     const RunnerLimits& limits = group_.runner().limits();
     Step step;
     const bool prefill = std::any_of(active_.begin(), active_.end(), [&](size_t r) { return prefilling(r); });
+    decoding_ = decoding_ || !prefill;
     for (size_t r : active_) {
       const std::vector<int32_t>& prompt = requests_[r].prompt;
-      if (!prefill) {
+      if (decoding_ && !prefilling(r)) {
         step.batch.add(out_[r].tokens.back(), slot_[r],
                        static_cast<int32_t>(prompt.size() + out_[r].tokens.size() - 1), true);
         step.row_seq.push_back(r);
@@ -282,6 +286,7 @@ class GenerationRun {
   std::set<int32_t> free_slots_;
   std::vector<size_t> active_;  // admitted and not finished, in order
   size_t next_waiting_ = 0;
+  bool decoding_ = false;  // a decode step has run: later prefills share their steps with decode rows
 };
 
 }  // namespace
