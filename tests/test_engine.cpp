@@ -225,6 +225,17 @@ TEST_F(EngineTest, SharedPrefixesAreCopiedBetweenSlots) {
   }
 }
 
+// A decode step holds a token of every slot, so the step limit is widened
+// to the batch limit (here 12 slots against 8 tokens a step).
+TEST_F(EngineTest, DecodeStepsHoldEverySlotPastTheStepTokenLimit) {
+  auto e = engine(12, 8);
+  EXPECT_EQ(e->group().runner().limits().max_step_tokens, 12);
+  std::vector<GenerationRequest> requests;
+  for (int r = 0; r < 12; ++r) requests.push_back({.prompt = prompt(3, r), .max_new_tokens = 3});
+  const std::vector<GenerationOutput> out = Generator(e->group()).generate(requests, false);
+  for (const GenerationOutput& o : out) EXPECT_EQ(o.tokens.size(), 3u);
+}
+
 // Continuous batching: more requests than slots, each taking a slot as one
 // frees up, give each request the tokens and logits it gets alone.
 TEST_F(EngineTest, MoreRequestsThanSlotsEqualOneAtATime) {
