@@ -31,6 +31,11 @@ void Generator::check(const GenerationRequest& r) const {
 
 namespace {
 
+struct Callbacks {
+  const TokenCallback& on_token;
+  const DoneCallback& on_done;
+};
+
 // One generate() call: the requests, their outputs so far and the steps
 // that produce them. Continuous batching: requests take the free sequence
 // slots (lowest first) in order, and a request that finishes frees its slot
@@ -46,8 +51,8 @@ class GenerationRun {
   // slot_tokens: what each slot's cache held before the run (empty: nothing
   // known); reuse: prefill only what no slot holds (Generator::set_prefix_reuse).
   GenerationRun(TpGroup& group, const std::vector<GenerationRequest>& requests, bool keep_logits,
-                const TokenCallback& on_token, std::vector<std::vector<int32_t>> slot_tokens, bool reuse)
-      : group_(group), requests_(requests), keep_logits_(keep_logits), on_token_(on_token), reuse_(reuse),
+                const Callbacks& callbacks, std::vector<std::vector<int32_t>> slot_tokens, bool reuse)
+      : group_(group), requests_(requests), keep_logits_(keep_logits), callbacks_(callbacks), reuse_(reuse),
         out_(requests.size()), vocab_(group.vocab_size()), slot_(requests.size(), -1), fed_(requests.size(), 0),
         reused_(requests.size(), 0), pending_(requests.size()), slot_tokens_(std::move(slot_tokens)) {
     const auto slots = static_cast<size_t>(group.runner().limits().max_slots);
@@ -187,11 +192,15 @@ class GenerationRun {
       }
     }
   }
-  // After a step: pending copies, then finished requests give their slots back.
+  // After a step: pending copies, then finished requests give their slots
+  // back and are reported.
   void retire() {
     copy_pending();
-    for (size_t r : active_)
-      if (finished(r)) free_slots_.insert(slot_[r]);
+    for (size_t r : active_) {
+      if (!finished(r)) continue;
+      free_slots_.insert(slot_[r]);
+      if (callbacks_.on_done) callbacks_.on_done(r, out_[r]);
+    }
     std::erase_if(active_, [&](size_t r) { return finished(r); });
   }
   // One token of every decoding request, then prompt tokens of those
@@ -232,7 +241,7 @@ class GenerationRun {
   void append(size_t seq, int32_t token, const float* row) {
     out_[seq].tokens.push_back(token);
     if (row != nullptr) out_[seq].logits.insert(out_[seq].logits.end(), row, row + vocab_);
-    if (on_token_) on_token_(seq, token);
+    if (callbacks_.on_token) callbacks_.on_token(seq, token);
     const auto& stops = requests_[seq].stop_ids;
     if (std::find(stops.begin(), stops.end(), token) != stops.end()) out_[seq].stopped = true;
   }
@@ -266,7 +275,7 @@ class GenerationRun {
   TpGroup& group_;
   const std::vector<GenerationRequest>& requests_;
   bool keep_logits_;
-  const TokenCallback& on_token_;
+  const Callbacks& callbacks_;
   bool reuse_;
   std::vector<GenerationOutput> out_;
   std::vector<Sampler> samplers_;
@@ -292,11 +301,12 @@ class GenerationRun {
 }  // namespace
 
 std::vector<GenerationOutput> Generator::generate(const std::vector<GenerationRequest>& requests, bool keep_logits,
-                                                  const TokenCallback& on_token) {
+                                                  const TokenCallback& on_token, const DoneCallback& on_done) {
   for (const auto& r : requests) check(r);
   group_.drop_queued();
   // Nothing is claimed while the run writes (a failed run leaves the caches unknown).
-  GenerationRun run(group_, requests, keep_logits, on_token, std::exchange(slot_tokens_, {}), prefix_reuse_);
+  const Callbacks callbacks{.on_token = on_token, .on_done = on_done};
+  GenerationRun run(group_, requests, keep_logits, callbacks, std::exchange(slot_tokens_, {}), prefix_reuse_);
   run.run(overlap_steps_);
   reused_ = run.reused();
   if (prefix_reuse_) slot_tokens_ = run.slot_contents();

@@ -28,6 +28,8 @@ struct GenerationOutput {
 
 // Called as each token is chosen: (request index, token).
 using TokenCallback = std::function<void(size_t, int32_t)>;
+// Called once a request is done, after its last token: (request index, its output).
+using DoneCallback = std::function<void(size_t, const GenerationOutput&)>;
 
 class Generator {
  public:
@@ -43,7 +45,8 @@ class Generator {
   // goes to the next. Requests are checked before any work (prompt ids in the
   // vocabulary, prompt + new tokens within the context).
   std::vector<GenerationOutput> generate(const std::vector<GenerationRequest>& requests, bool keep_logits,
-                                         const TokenCallback& on_token = nullptr);
+                                         const TokenCallback& on_token = nullptr,
+                                         const DoneCallback& on_done = nullptr);
 
   // Fails, naming the problem, on a request generate() would refuse: an empty
   // prompt, an id outside the vocabulary, a prompt and new tokens past the

@@ -285,27 +285,16 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   Generator generator(engine.group(), !c.engine.sync_steps);
   for (size_t i = 0; i < requests.size(); ++i)
     file.at_line(text.prompts_file, i, [&] { generator.check(requests[i]); });  // before any step
-  std::vector<std::vector<int32_t>> ids(requests.size());
-  std::vector<bool> done(requests.size());
+  std::vector<std::optional<nlohmann::ordered_json>> lines(requests.size());
   size_t printed = 0;
-  const auto print_done = [&] {
-    for (; printed < requests.size() && done[printed]; ++printed) {
-      const std::vector<int32_t>& out = ids[printed];
-      nlohmann::ordered_json line = {{"index", printed}, {"ids", out}};
-      if (tokenizer) line["text"] = tokenizer->decode(without_special_tokens(*tokenizer, out));
-      line["stopped"] = !out.empty() && std::find(stop_ids.begin(), stop_ids.end(), out.back()) != stop_ids.end();
-      std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
-    }
-  };
-  for (size_t r = 0; r < requests.size(); ++r) done[r] = requests[r].max_new_tokens == 0;
   generator.set_prefix_reuse(!text.no_prefix_reuse);
-  generator.generate(requests, false, [&](size_t r, int32_t id) {
-    ids[r].push_back(id);
-    done[r] = static_cast<int64_t>(ids[r].size()) == requests[r].max_new_tokens ||
-              std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
-    if (world().rank == 0) print_done();
+  generator.generate(requests, false, nullptr, [&](size_t r, const GenerationOutput& out) {
+    nlohmann::ordered_json& line = lines[r].emplace(nlohmann::ordered_json{{"index", r}, {"ids", out.tokens}});
+    if (tokenizer) line["text"] = tokenizer->decode(without_special_tokens(*tokenizer, out.tokens));
+    line["stopped"] = out.stopped;
+    for (; printed < lines.size() && lines[printed] && world().rank == 0; ++printed)
+      std::cout << lines[printed]->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   });
-  if (world().rank == 0) print_done();
   int64_t prompt_tokens = 0, reused = 0;
   for (size_t r = 0; r < requests.size(); ++r) {
     prompt_tokens += static_cast<int64_t>(requests[r].prompt.size());

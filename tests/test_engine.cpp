@@ -261,7 +261,15 @@ TEST_F(EngineTest, MoreRequestsThanSlotsEqualOneAtATime) {
       auto two_slots = engine(2, 16);
       Generator g(two_slots->group(), overlap);
       g.set_prefix_reuse(true);
-      const std::vector<GenerationOutput> out = g.generate(requests, keep_logits);
+      std::vector<int> reported(requests.size(), 0);
+      std::vector<std::vector<int32_t>> reported_tokens(requests.size());
+      const std::vector<GenerationOutput> out =
+          g.generate(requests, keep_logits, nullptr, [&](size_t r, const GenerationOutput& o) {
+            ++reported[r];
+            reported_tokens[r] = o.tokens;
+          });
+      EXPECT_EQ(reported, std::vector<int>(requests.size(), 1));  // each request reported once, when done
+      for (size_t r = 0; r < requests.size(); ++r) EXPECT_EQ(reported_tokens[r], out[r].tokens) << "request " << r;
       EXPECT_EQ(g.reused_prompt_tokens(), std::vector<int64_t>(requests.size(), 0));
       for (size_t r = 0; r < requests.size(); ++r) {
         EXPECT_EQ(out[r].tokens, alone[r][0].tokens) << "request " << r << " keep_logits " << keep_logits;
