@@ -62,7 +62,7 @@ class GenerationRun {
       samplers_.emplace_back(requests[i].sampling, requests[i].sampling_sequence >= 0
                                                        ? static_cast<uint64_t>(requests[i].sampling_sequence)
                                                        : i);
-    for (int32_t s = 0; s < static_cast<int32_t>(group.runner().limits().max_slots); ++s) free_slots_.insert(s);
+    for (size_t s = 0; s < slots; ++s) free_slots_.insert(static_cast<int32_t>(s));
     // Without logits to keep, the ids are chosen where the logits are (on
     // the GPU), so no logits cross to the host: by argmax when every request
     // is greedy, else by the sample op. Kept logits come to the host, where
