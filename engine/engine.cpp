@@ -35,15 +35,20 @@ void EngineOptions::validate() const {
   LS_REQUIRE(threads >= 0, ErrorKind::kInvalidArgument, "--threads must be >= 0 (0: automatic), got {}", threads);
   LS_REQUIRE(max_seq_len >= 0, ErrorKind::kInvalidArgument, "--max-seq-len must be >= 0, got {}", max_seq_len);
   LS_REQUIRE(max_batch >= 1, ErrorKind::kInvalidArgument, "--max-batch must be >= 1, got {}", max_batch);
-  LS_REQUIRE(max_step_tokens >= 1, ErrorKind::kInvalidArgument, "step token limit must be >= 1, got {}",
+  LS_REQUIRE(max_step_tokens >= 0, ErrorKind::kInvalidArgument, "--max-step-tokens must be >= 0, got {}",
              max_step_tokens);
   LS_REQUIRE(kv_cache_bytes >= 0, ErrorKind::kInvalidArgument, "KV cache budget must be >= 0");
+}
+
+int64_t EngineOptions::step_tokens() const {
+  if (max_step_tokens > 0) return max_step_tokens;
+  return backend == "cuda" ? 2048 : 256;
 }
 
 std::string EngineOptions::summary() const {
   return fmt::format("model={} backend={} dtype={} eager={} pdl={} sync_steps={} max_seq_len={} max_batch={} max_step_tokens={} kv_cache_bytes={} threads={}",
                      model_name(), backend, dtype, eager, !no_pdl, sync_steps, max_seq_len == 0 ? std::string("auto") : std::to_string(max_seq_len),
-                     max_batch, max_step_tokens,
+                     max_batch, max_step_tokens == 0 ? fmt::format("auto ({})", step_tokens()) : std::to_string(max_step_tokens),
                      kv_cache_bytes == 0 ? std::string("auto") : std::to_string(kv_cache_bytes),
                      threads == 0 ? std::string("auto") : std::to_string(threads));
 }
@@ -205,8 +210,8 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
       min_over_ranks(world, backend_->default_kv_cache_bytes(ranks_sharing_memory(options, *backend_)));
   RunnerLimits limits{.max_slots = options.max_batch,
                       .max_seq = resolve_max_seq_len(config_, plan_, options, act_bytes, kv_budget),
-                      .max_step_tokens = std::max(options.max_step_tokens, options.max_batch),  // a decode step of every slot
-                      .max_logit_rows = std::max(options.max_batch, std::min<int64_t>(options.max_step_tokens, 64))};
+                      .max_step_tokens = std::max(options.step_tokens(), options.max_batch),  // a decode step of every slot
+                      .max_logit_rows = std::max(options.max_batch, std::min<int64_t>(options.step_tokens(), 64))};
   // Host buffers: through the world's host transport, whatever the device transport.
   verify_same_on_all_ranks(world, load_stats_.replicated_checksum, "replicated weights checksum");
   spdlog::debug("read {} of {} sharded checkpoint bytes, {} replicated bytes", load_stats_.sharded_bytes_read,

@@ -38,7 +38,8 @@ struct EngineOptions {
   double collective_timeout_s = 60.0;
   int64_t max_seq_len = 0;       // 0: the model's max_positions(), capped by kv_cache_bytes
   int64_t max_batch = 1;         // sequences at once
-  int64_t max_step_tokens = 256; // tokens per forward step; longer prompts are chunked
+  // Tokens per forward step; longer prompts are chunked. 0: step_tokens()'s default.
+  int64_t max_step_tokens = 0;
   int64_t kv_cache_bytes = 0;    // 0: Backend::default_kv_cache_bytes (host memory on the CPU, free GPU memory on CUDA)
   int threads = 0;               // host threads per rank: CPU ops, weight loading (0: this host's cores / its ranks)
   bool eager = false;            // no graphs: launch every op of every step
@@ -46,6 +47,11 @@ struct EngineOptions {
   bool sync_steps = false;       // generate: no decode step queued before the last one's tokens are in (Generator)
   Diagnostics diag;
   void validate() const;
+  // The step token limit: max_step_tokens, else 2048 on CUDA (a prompt's
+  // products over many rows run nearer the GPU's peak, and each chunk reads
+  // every weight once) and 256 on the CPU (whose prefill speed does not
+  // depend on it, and whose long steps would hold decoding sequences back).
+  int64_t step_tokens() const;
   std::string summary() const;
   std::string model_name() const;  // the folder, or "preset NAME (ARCH)"
 };

@@ -9,7 +9,8 @@
 // on that GPU measured in the same run. With
 // graphs, the last step's graph is also replayed back to back (the GPU's
 // time per step alone) and with a wait after each replay.
-// Prefill: one --prefill-token prompt (after one warm-up), in one step.
+// Prefill: one --prefill-token prompt (after one warm-up), in one step
+// unless --max-step-tokens chunks it.
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -225,7 +226,11 @@ nlohmann::json bench_prefill(Engine& engine, const BenchConfig& b, std::mt19937&
   const double p = static_cast<double>(b.prefill);
   const double matmul = 2.0 * weight_bytes(c, 1) * p - 2.0 * static_cast<double>(c.vocab_size) * c.hidden_size * (p - 1);
   const double attn = 4.0 * (p * (p + 1) / 2.0) * static_cast<double>(c.num_layers * c.q_dim());
-  return {{"tokens", b.prefill}, {"seconds", secs}, {"tok_per_s", p / secs}, {"tflop_per_s", (matmul + attn) / secs / 1e12}};
+  return {{"tokens", b.prefill},
+          {"step_tokens", engine.group().runner().limits().max_step_tokens},
+          {"seconds", secs},
+          {"tok_per_s", p / secs},
+          {"tflop_per_s", (matmul + attn) / secs / 1e12}};
 }
 
 std::vector<int64_t> parse_batches(const std::string& s) {
@@ -250,7 +255,8 @@ int run_bench(BenchConfig& b) {
   if (world().rank == 0 && !b.json.empty()) require_output_path(b.json, "--json");  // rank 0 writes it
   b.engine.max_batch = *std::max_element(batches.begin(), batches.end());
   b.engine.max_seq_len = std::max(b.ctx + b.steps, b.prefill + 1);
-  b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
+  // The prefill prompt in one step unless --max-step-tokens chunks it.
+  if (b.engine.max_step_tokens == 0) b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
   b.engine.collective_timeout_s = world().collective_timeout_s;
   Engine engine(b.engine, *world().comm);
   const double copy_gbs = copy_bandwidth_gbs(b.engine.backend);  // on the engine's device, which it made current
@@ -268,8 +274,9 @@ int run_bench(BenchConfig& b) {
   std::cout << fmt::format("copy bandwidth {:.0f} GB/s; load {:.1f} s; GPU memory used {:.1f} GiB\n", copy_gbs,
                            engine.load_seconds(), report["gpu_memory_used_gib"].get<double>());
   const auto& pf = report["prefill"];
-  std::cout << fmt::format("prefill {} tokens: {:.0f} tok/s, {:.1f} TFLOP/s\n", b.prefill,
-                           pf["tok_per_s"].get<double>(), pf["tflop_per_s"].get<double>());
+  std::cout << fmt::format("prefill {} tokens (steps of up to {}): {:.0f} tok/s, {:.1f} TFLOP/s\n", b.prefill,
+                           pf["step_tokens"].get<int64_t>(), pf["tok_per_s"].get<double>(),
+                           pf["tflop_per_s"].get<double>());
   std::cout << fmt::format("{} rank(s) via {}; decode sampling: temperature {} top-k {} top-p {}\n", world().size,
                            engine.group().comm().name(), b.sampling.temperature, b.sampling.top_k, b.sampling.top_p);
   std::cout << "batch  tok/s      ms/step  graph ms/step (synced, queued)  GB/s/GPU %copy  collectives ms/step (alone)\n";
@@ -313,6 +320,8 @@ void add_bench_command(CLI::App& root, CommandTable& table) {
   cmd->add_option("--ctx", b->ctx, "prompt tokens per sequence before decoding")->capture_default_str();
   cmd->add_option("--steps", b->steps, "decode steps per batch size")->capture_default_str();
   cmd->add_option("--prefill", b->prefill, "prompt tokens of the prefill measurement")->capture_default_str();
+  cmd->add_option("--max-step-tokens", b->engine.max_step_tokens,
+                  "prefill the prompt in chunks of this many tokens (default: in one step)");
   cmd->add_option("--temperature", b->sampling.temperature, "decode sampling (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", b->sampling.top_k, "decode sampling: 0 = no limit")->capture_default_str();
   cmd->add_option("--top-p", b->sampling.top_p, "decode sampling: nucleus in (0, 1]")->capture_default_str();

@@ -43,6 +43,9 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   c.max_batch_option =
       cmd->add_option("--max-batch", c.engine.max_batch, "sequences at once (sizes the KV cache and the graphs)")
       ->capture_default_str();
+  cmd->add_option("--max-step-tokens", c.engine.max_step_tokens,
+                  "prompt tokens a forward step may hold; longer prompts are prefilled in chunks of this many "
+                  "(default 2048 on cuda, 256 on cpu)");
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
                   "KV cache length (default: the model's max_position_embeddings, capped by memory; "
                   "a sliding-window model also keeps every position)");

@@ -461,6 +461,28 @@ TEST_F(Cli, ThreadsAreCheckedAndDoNotChangeTheTokens) {
   EXPECT_NE(three.err.find("3 host thread(s)"), std::string::npos) << three.err;
 }
 
+// --max-step-tokens chunks a prompt's prefill; on the CPU backend the tokens
+// and logits do not depend on the chunks. The default is named in the log.
+TEST_F(Cli, StepTokenLimitChunksPromptsWithoutChangingTheResult) {
+  auto model = make_model("m");
+  const std::string prompt = "--prompt-ids 5,1,4,1,5,9,2,6,5,3,5,8,9,7,9,3,2,3,8,4 --max-new-tokens 6 --ignore-eos";
+  CommandResult whole = generate(model, prompt + " --dump-logits " + (dir_ / "whole.npy").string());
+  CommandResult chunked =
+      generate(model, prompt + " --max-step-tokens 3 --dump-logits " + (dir_ / "chunked.npy").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(chunked.exit_code, 0) << chunked.err;
+  EXPECT_EQ(whole.out, chunked.out);
+  EXPECT_EQ(read_file(dir_ / "whole.npy"), read_file(dir_ / "chunked.npy"));
+  EXPECT_NE(whole.err.find("max_step_tokens=auto (256)"), std::string::npos) << whole.err;
+  EXPECT_NE(chunked.err.find("max_step_tokens=3"), std::string::npos) << chunked.err;
+  expect_clean_failure(generate(model, "--prompt-ids 1 --max-step-tokens -2"), {"--max-step-tokens", "-2"});
+  CommandResult bench = run(lockstep("bench --backend cpu --model " + model.string() +
+                                     " --batch 1 --ctx 8 --prefill 16 --steps 6 --max-step-tokens 5"),
+                            dir_ / "bench");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  EXPECT_NE(bench.out.find("prefill 16 tokens (steps of up to 5)"), std::string::npos) << bench.out;
+}
+
 // The CPU backend keeps a checkpoint's product weights in its 16-bit type
 // when every tensor has it, and float32 for a float32 checkpoint (that the
 // products are the same is OpSizes.LinearWith16BitWeightsEqualsFloat32Weights).

@@ -12,7 +12,7 @@ transformers; computes the oracle logits in float64 on the CPU (eager
 attention); and runs `lockstep score` (CUDA in the checkpoint's 16-bit type
 and in float32, and the CPU backend) and greedy `lockstep generate` (CUDA,
 float32 and 16-bit) on prompts of 45 and 300 tokens (several key tiles, two
-prefill chunks), for three cases also on 2000 tokens (eight prefill chunks;
+prefill chunks of --max-step-tokens 256), for three cases also on 2000 tokens (eight prefill chunks;
 greedy decode over 32 key tiles, the oracle decoding on its KV cache); and `score` of the 300 tokens at tensor-parallel sizes
 --tp (mpirun, ranks sharing the one GPU through the host-staged transport:
 the same sharded kernels as on several GPUs, KV heads replicated where the
@@ -212,8 +212,9 @@ def lockstep_runs(exe, root, meta, case, tp_sizes):
         for dtype in ("float32", "auto"):
             label = f"greedy{n}_cuda_{dtype}"
             runs.append((label, [exe, "generate", "--model", model, "--backend", "cuda", "--dtype", dtype,
-                                 "--max-seq-len", MAX_SEQ, "--prompt-ids", ids, "--max-new-tokens",
-                                 str(NEW_TOKENS), "--ignore-eos", "--dump-logits", os.path.join(d, f"{label}.npy")],
+                                 "--max-seq-len", MAX_SEQ, "--max-step-tokens", "256", "--prompt-ids", ids,
+                                 "--max-new-tokens", str(NEW_TOKENS), "--ignore-eos",
+                                 "--dump-logits", os.path.join(d, f"{label}.npy")],
                          os.path.join(d, f"{label}.log"), ("greedy", n, dtype, os.path.join(d, f"{label}.npy"))))
     return runs
 
