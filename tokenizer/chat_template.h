@@ -13,9 +13,19 @@
 // and lstrip_blocks; {{ }} expressions with literals, lists, dicts, attribute
 // and item access, slices, calls, filters, tests, arithmetic, comparisons,
 // in, and/or/not, inline if/else; if/elif/else, for (with else, a filter,
-// loop.*, break, continue), set (names, tuples, namespace attributes,
-// blocks), macro, generation; the filters, tests and string/dict methods
-// templates use (template_builtins.cpp). Anything else is refused with a
+// loop.* including changed() and depth, break, continue), set (names,
+// tuples, namespace attributes, blocks), macro, call blocks with caller(),
+// filter blocks, generation; the filters, tests and string/dict methods
+// templates use (template_builtins.cpp), and sort, dictsort, min, max,
+// unique, groupby, sum, batch, slice, round (template_filters.cpp), format
+// (Python's %-formatting without %c, '#' and '*'), truncate, center,
+// wordcount, striptags (without entities), escape / e / forceescape and the
+// escaped test (markupsafe's Markup, which escapes what is added to it),
+// attr (template_text_filters.cpp). Strings sort case-insensitively unless
+// case_sensitive, as in Jinja2; what Python cannot order or add fails. Not
+// supported: recursive loops, include / import / extends / raw, and the
+// filters random, pprint, urlize, urlencode, filesizeformat, xmlattr and
+// wordwrap. Anything else is refused with a
 // one-line kModel error naming it; raise_exception fails with
 // kInvalidArgument and the template's message. A template that would run
 // away is stopped with an error: expressions or blocks nested past 256,

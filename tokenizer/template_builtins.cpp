@@ -15,10 +15,14 @@ namespace {
 
 using Kind = Value::Kind;
 
+}  // namespace
+
 Value arg_or(const CallArgs& a, size_t i, const char* name, const Value& fallback) {
   const Value* v = a.get(i, name);
   return v != nullptr ? *v : fallback;
 }
+
+namespace {
 
 std::string string_arg(const CallArgs& a, size_t i, const char* name, const char* what) {
   const Value* v = a.get(i, name);
@@ -120,6 +124,8 @@ const char32_t* special_case(char32_t c, bool to_upper, bool title) {
   return nullptr;
 }
 
+}  // namespace
+
 // Python's str.lower / upper / capitalize / title.
 std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 capitalize, 3 title
   const std::u32string text = code_points(s);
@@ -139,6 +145,8 @@ std::string map_case(const std::string& s, int mode) {  // 0 lower, 1 upper, 2 c
   }
   return utf8(out);
 }
+
+namespace {
 
 // Jinja's title filter (not str.title): each piece between runs of "-",
 // whitespace, "(", "{", "[", "<" gets its first character upper-cased and the
@@ -245,6 +253,26 @@ Value string_method(const std::string& s, const std::string& name) {
   return Value::undefined(name);
 }
 
+// Markup's methods: those markupsafe leaves to str, and the case and strip
+// methods without arguments, whose result stays Markup; others are refused
+// (markupsafe escapes their arguments).
+Value markup_method(const std::string& s, const std::string& name) {
+  if (string_method(s, name).is_undefined()) return Value::undefined(name);
+  if (name == "startswith" || name == "endswith" || name == "find" || name == "count") return string_method(s, name);
+  if (name == "lower" || name == "upper" || name == "capitalize" || name == "title" || name == "strip" ||
+      name == "lstrip" || name == "rstrip") {
+    const Value plain = string_method(s, name);
+    return Value::from(Function([plain, name](const CallArgs& a) {
+      if (!a.positional.empty() || !a.keyword.empty())
+        template_error(fmt::format("{}() with arguments on an escaped (Markup) string is not supported", name));
+      Value v = (*plain.function)(a);
+      v.is_markup = true;
+      return v;
+    }));
+  }
+  template_error(fmt::format("the method '{}' of an escaped (Markup) string is not supported", name));
+}
+
 Value dict_method(const Value& d, const std::string& name) {
   using F = Function;
   if (name == "items" || name == "keys" || name == "values")
@@ -280,6 +308,8 @@ int64_t length(const Value& v) {
   }
 }
 
+}  // namespace
+
 List as_list(const Value& v) {
   switch (v.kind) {
     case Kind::kUndefined: return {};
@@ -298,28 +328,53 @@ List as_list(const Value& v) {
   }
 }
 
-// Attribute `path` ("a.b") of an item, as Jinja's attribute filters look it up.
-Value attribute_of(const Value& item, const std::string& path) {
+namespace {
+
+// One step of Jinja's environment.getitem: a dict's key, or a list's or string's index.
+Value item_of(const Value& v, const Value& key) {
+  if (key.kind == Kind::kInt && (v.kind == Kind::kList || v.is_string())) {
+    const List chars = v.is_string() ? as_list(v) : List();
+    const List& items = v.is_string() ? chars : *v.list;
+    const int64_t size = static_cast<int64_t>(items.size());
+    const int64_t i = key.integer < 0 ? key.integer + size : key.integer;
+    if (i >= 0 && i < size) return items[static_cast<size_t>(i)];
+  } else if (key.is_string()) {
+    if (const Value* found = v.find(key.string)) return *found;
+  }
+  return Value::undefined(python_str(key));
+}
+
+}  // namespace
+
+Value attribute_of(const Value& item, const Value& attribute, const Value* fallback) {
+  if (attribute.kind == Kind::kInt) {
+    const Value v = item_of(item, attribute);
+    return fallback != nullptr && v.is_undefined() ? *fallback : v;
+  }
+  const std::string path = python_str(attribute);
   Value v = item;
-  size_t start = 0;
-  while (start <= path.size()) {
+  for (size_t start = 0;;) {
     const size_t dot = path.find('.', start);
-    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const Value* next = v.find(key);
-    v = next != nullptr ? *next : Value::undefined(key);
-    if (dot == std::string::npos) break;
+    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const bool digits = !part.empty() && part.size() < 19 &&
+                        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (v.is_undefined()) template_error(fmt::format("'{}' is undefined (looking up '{}')", v.undefined_name, path));
+    v = item_of(v, digits ? Value::from(static_cast<int64_t>(std::stoll(part))) : Value::from(part));
+    if (fallback != nullptr && v.is_undefined()) v = *fallback;
+    if (dot == std::string::npos) return v;
     start = dot + 1;
   }
-  return v;
 }
+
+namespace {
 
 // select / reject / selectattr / rejectattr.
 Value select(const std::string& name, const Value& input, const CallArgs& a) {
   const bool by_attribute = name == "selectattr" || name == "rejectattr";
   const bool keep_if = name == "select" || name == "selectattr";
   size_t next = 0;
-  std::string attr;
-  if (by_attribute) attr = string_arg(a, next++, "attribute", name.c_str());
+  Value attr;
+  if (by_attribute) attr = Value::from(string_arg(a, next++, "attribute", name.c_str()));
   const Value* test = a.get(next++, "test");
   CallArgs test_args;
   for (size_t i = next; i < a.positional.size(); ++i) test_args.positional.push_back(a.positional[i]);
@@ -342,7 +397,7 @@ Value map_filter(const Value& input, const CallArgs& a) {
   for (const Value& item : as_list(input)) {
     if (attr != nullptr) {
       if (!attr->is_string()) template_error("map: attribute must be a string");
-      Value v = attribute_of(item, attr->string);
+      Value v = attribute_of(item, *attr);
       if (v.is_undefined()) v = arg_or(a, 99, "default", v);
       out.push_back(std::move(v));
     } else {
@@ -383,7 +438,11 @@ std::optional<Value> text_filter(const std::string& name, const Value& input, co
     return Value::from(to_json(input, indent.kind == Kind::kInt ? static_cast<int>(indent.integer) : -1));
   }
   if (name == "string") return Value::from(python_str(input));
-  if (name == "safe") return input;
+  if (name == "safe") {  // Markup(value)
+    Value marked = Value::from(python_str(input));
+    marked.is_markup = true;
+    return marked;
+  }
   if (name == "title") return Value::from(title_filter(python_str(input)));
   if (name == "lower" || name == "upper" || name == "capitalize")
     return Value::from(map_case(python_str(input), name == "lower" ? 0 : name == "upper" ? 1 : 2));
@@ -394,7 +453,7 @@ std::optional<Value> text_filter(const std::string& name, const Value& input, co
   return std::nullopt;
 }
 
-// Filters on sequences: first, last, join, default, list, reverse, items, unique, select..., map.
+// Filters on sequences: first, last, join, default, list, reverse, items, select..., map.
 std::optional<Value> sequence_filter(const std::string& name, const Value& input, const CallArgs& a) {
   if (name == "length" || name == "count") return Value::from(length(input));
   if (name == "first" || name == "last") {
@@ -404,10 +463,10 @@ std::optional<Value> sequence_filter(const std::string& name, const Value& input
   }
   if (name == "join") {
     const Value* attr = a.get(1, "attribute");
-    std::string out, sep = python_str(arg_or(a, 0, "d", Value::from("")));
+    std::string out, sep = python_str(arg_or(a, 0, "d", Value::from("")));  // str(d): Markup or not, a plain join
     const List items = as_list(input);
     for (size_t i = 0; i < items.size(); ++i)
-      out += (i > 0 ? sep : "") + python_str(attr != nullptr ? attribute_of(items[i], python_str(*attr)) : items[i]);
+      out += (i > 0 ? sep : "") + python_str(attr != nullptr ? attribute_of(items[i], *attr) : items[i]);
     return Value::from(std::move(out));
   }
   if (name == "default" || name == "d") {
@@ -431,12 +490,6 @@ std::optional<Value> sequence_filter(const std::string& name, const Value& input
     if (input.kind != Kind::kDict) template_error("items needs a dict");
     return (*dict_method(input, "items").function)(CallArgs{});
   }
-  if (name == "unique") {
-    List out;
-    for (const Value& v : as_list(input))
-      if (std::none_of(out.begin(), out.end(), [&](const Value& o) { return equal(o, v); })) out.push_back(v);
-    return Value::from(std::move(out));
-  }
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr")
     return select(name, input, a);
   if (name == "map") return map_filter(input, a);
@@ -447,6 +500,7 @@ std::optional<Value> sequence_filter(const std::string& name, const Value& input
 std::optional<Value> conversion_filter(const std::string& name, const Value& input, const CallArgs& a) {
   if (name == "int") {
     if (input.kind == Kind::kInt) return input;
+    if (input.kind == Kind::kBool) return Value::from(int64_t{input.boolean});
     if (input.kind == Kind::kFloat) return Value::from(static_cast<int64_t>(input.number));
     if (input.is_string()) {  // int(s), else int(float(s)), as Jinja tries them
       const std::string t = strip(input.string, Value::none(), true, true);
@@ -484,14 +538,26 @@ std::optional<Value> conversion_filter(const std::string& name, const Value& inp
 }  // namespace
 
 Value method(const Value& v, const std::string& name) {
+  if (v.is_markup) return markup_method(v.string, name);
   if (v.is_string()) return string_method(v.string, name);
   if (v.kind == Kind::kDict && !v.is_namespace) return dict_method(v, name);
   return Value::undefined(name);
 }
 
 Value apply_filter(const std::string& name, const Value& input, const CallArgs& a) {
-  for (auto* filter : {text_filter, sequence_filter, conversion_filter})
-    if (std::optional<Value> v = filter(name, input, a)) return *v;
+  if (input.is_markup && name == "trim" && a.get(0, "chars") != nullptr)
+    template_error("trim(chars) of an escaped (Markup) string is not supported");
+  for (auto* filter : {text_filter, sequence_filter, conversion_filter, collection_filter, text_format_filter}) {
+    if (std::optional<Value> v = filter(name, input, a)) {
+      // What Markup's own methods do stays Markup (and escapes what later joins it).
+      static const char* const kKeepMarkup[] = {"upper", "lower", "capitalize", "trim", "center", "indent",
+                                                "truncate", "reverse", "string", "format"};
+      if (input.is_markup && v->is_string() &&
+          std::any_of(std::begin(kKeepMarkup), std::end(kKeepMarkup), [&](const char* k) { return name == k; }))
+        v->is_markup = true;
+      return *v;
+    }
+  }
   template_error(fmt::format("unsupported filter '{}'", name));
 }
 
@@ -537,6 +603,7 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
     if (!v.is_string()) return false;
     return map_case(v.string, name == "lower" ? 0 : 1) == v.string;
   }
+  if (name == "escaped") return v.is_markup;
   if (name == "sameas") {
     if (v.kind != other.kind) return false;
     if (v.kind == Kind::kNone || v.kind == Kind::kUndefined) return true;

@@ -107,7 +107,12 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
   }
   if (op == "+" && a.is_string() && b.is_string()) {
     check_size(a.string.size() + b.string.size(), line);
-    return Value::from(a.string + b.string);
+    if (!a.is_markup && !b.is_markup) return Value::from(a.string + b.string);
+    // Markup + str escapes the str (either side), and stays Markup.
+    Value joined = Value::from((a.is_markup ? a.string : html_escape(a.string)) +
+                               (b.is_markup ? b.string : html_escape(b.string)));
+    joined.is_markup = true;
+    return joined;
   }
   if (op == "+" && a.kind == Value::Kind::kList && b.kind == Value::Kind::kList) {
     check_size(a.list->size() + b.list->size(), line);
@@ -119,9 +124,10 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
     const size_t unit = a.is_string() ? a.string.size() : a.list->size();
     if (b.integer > 0 && unit > 0) check_size(static_cast<uint64_t>(b.integer) > kMaxOutputBytes ? kMaxOutputBytes + 1 : unit * static_cast<size_t>(b.integer), line);
     if (a.is_string()) {
-      std::string s;
-      for (int64_t i = 0; i < b.integer; ++i) s += a.string;
-      return Value::from(std::move(s));
+      Value repeated = Value::from(std::string());
+      for (int64_t i = 0; i < b.integer; ++i) repeated.string += a.string;
+      repeated.is_markup = a.is_markup;
+      return repeated;
     }
     List l;
     for (int64_t i = 0; i < b.integer; ++i) l.insert(l.end(), a.list->begin(), a.list->end());
@@ -183,6 +189,9 @@ class Renderer {
   Flow for_loop(const Node& n, Scope& scope, std::string& out);
   void assign(const Node& n, Scope& scope);
   Value define_macro(const Node& n);
+  void bind_parameters(const Node& n, const std::string& what, const CallArgs& args, Scope& scope);
+  Flow filter_block(const Node& n, Scope& scope, std::string& out);
+  void call_block(const Node& n, Scope& scope, std::string& out);
   Value item(const Value& obj, const Value& key, int line);
   Value attribute(const Value& obj, const std::string& name, int line);
   CallArgs arguments(const Expr& e, size_t first, Scope& scope);
@@ -219,8 +228,73 @@ Flow Renderer::statement(const Node& n, Scope& scope, std::string& out) {
     case Node::Kind::kContinue: return Flow::kContinue;
     case Node::Kind::kMacro: scope.set(n.macro_name, define_macro(n)); return Flow::kNormal;
     case Node::Kind::kPlain: return body(n.bodies[0], scope, out);
+    case Node::Kind::kFilterBlock: return filter_block(n, scope, out);
+    case Node::Kind::kCallBlock: call_block(n, scope, out); return Flow::kNormal;
   }
   return Flow::kNormal;
+}
+
+// The body rendered in its own scope, through the filters; a break or
+// continue inside drops what it rendered (as Jinja2 does).
+Flow Renderer::filter_block(const Node& n, Scope& scope, std::string& out) {
+  std::string captured;
+  Scope inner(&scope);
+  const Flow flow = body(n.bodies[0], inner, captured);
+  if (flow != Flow::kNormal) return flow;
+  std::vector<const Expr*> chain;  // outermost filter first
+  for (const Expr* e = n.exprs[0].get(); e->kind == Expr::Kind::kFilter; e = e->args[0].get()) chain.push_back(e);
+  Value v = Value::from(std::move(captured));
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) v = apply_filter((*it)->name, v, arguments(**it, 1, scope));
+  if (!v.is_string())  // Jinja2 joins the block's output as strings and fails too
+    template_error(fmt::format("a filter block gives a {}, not a string (line {})", kind_name(v.kind), n.line));
+  out += v.string;
+  return Flow::kNormal;
+}
+
+// The call with `caller` added: a function rendering the body where the call
+// block stands, its parameters bound; usable only while the block runs.
+void Renderer::call_block(const Node& n, Scope& scope, std::string& out) {
+  const auto running = std::make_shared<bool>(true);
+  const Value caller = Value::from(Function([this, &n, &scope, running](const CallArgs& args) {
+    if (!*running) template_error(fmt::format("caller() of the call block on line {} used after the block", n.line));
+    NestingGuard guard(macro_depth_, kMaxMacroDepth, "caller() calls nested too deeply");
+    Scope inner(&scope);
+    bind_parameters(n, "caller", args, inner);
+    std::string rendered;
+    body(n.bodies[0], inner, rendered);
+    return Value::from(std::move(rendered));
+  }));
+  const Expr& call = *n.exprs[0];
+  const Value callee = eval(*call.args[0], scope);
+  if (callee.is_undefined()) undefined_error(callee, n.line);
+  if (callee.kind != Value::Kind::kFunction)
+    template_error(fmt::format("a call block needs a macro, got {} (line {})", kind_name(callee.kind), n.line));
+  CallArgs args = arguments(call, 1, scope);
+  args.keyword.emplace_back("caller", caller);
+  const Value result = (*callee.function)(args);
+  *running = false;
+  out += python_str(result);
+}
+
+bool mentions_name(const Expr& e, const std::string& name) {
+  if (e.kind == Expr::Kind::kName && e.name == name) return true;
+  for (const auto& a : e.args)
+    if (a && mentions_name(*a, name)) return true;
+  for (const auto& [key, value] : e.keyword_args)
+    if (mentions_name(*value, name)) return true;
+  return false;
+}
+
+bool mentions_name(const Body& nodes, const std::string& name) {
+  for (const auto& n : nodes) {
+    for (const auto& e : n->exprs)
+      if (mentions_name(*e, name)) return true;
+    for (const auto& b : n->bodies)
+      if (mentions_name(b, name)) return true;
+    for (const auto& [param, fallback] : n->params)
+      if (fallback && mentions_name(*fallback, name)) return true;
+  }
+  return false;
 }
 
 void bind_targets(const std::vector<std::string>& targets, const Value& v, Scope& scope, int line) {
@@ -245,6 +319,7 @@ Flow Renderer::for_loop(const Node& n, Scope& scope, std::string& out) {
     items = std::move(kept);
   }
   const auto length = static_cast<int64_t>(items.size());
+  const auto last_changed = std::make_shared<Value>();  // loop.changed's last arguments (undefined: none yet)
   for (int64_t i = 0; i < length; ++i) {
     if (++iterations_ > kMaxLoopIterations)
       template_error(fmt::format("more than {} loop iterations (line {})", kMaxLoopIterations, n.line));
@@ -263,7 +338,17 @@ Flow Renderer::for_loop(const Node& n, Scope& scope, std::string& out) {
                  {"cycle", Value::from(Function([i](const CallArgs& a) {
                     if (a.positional.empty()) template_error("loop.cycle needs at least one value");
                     return a.positional[static_cast<size_t>(i) % a.positional.size()];
-                  }))}};
+                  }))},
+                 {"changed", Value::from(Function([last_changed](const CallArgs& a) {
+                    Value arguments = Value::from(a.positional);
+                    arguments.is_tuple = true;
+                    if (!a.keyword.empty()) template_error("loop.changed takes no keyword arguments");
+                    if (!last_changed->is_undefined() && equal(*last_changed, arguments)) return Value::from(false);
+                    *last_changed = std::move(arguments);
+                    return Value::from(true);
+                  }))},
+                 {"depth", Value::from(int64_t{1})},  // no recursive loops: always the outermost level
+                 {"depth0", Value::from(int64_t{0})}};
     loop_scope.set("loop", Value::from(std::move(loop)));
     if (body(n.bodies[0], loop_scope, out) == Flow::kBreak) break;
   }
@@ -293,17 +378,27 @@ void Renderer::assign(const Node& n, Scope& scope) {
   target->dict->emplace_back(n.attribute, std::move(v));
 }
 
+void Renderer::bind_parameters(const Node& n, const std::string& what, const CallArgs& args, Scope& scope) {
+  if (args.positional.size() > n.params.size())
+    template_error(fmt::format("{} takes {} arguments, got {}", what, n.params.size(), args.positional.size()));
+  for (size_t i = 0; i < n.params.size(); ++i) {
+    const auto& [name, fallback] = n.params[i];
+    const Value* given = args.get(i, name.c_str());
+    scope.set(name, given != nullptr ? *given : fallback ? eval(*fallback, scope) : Value::undefined(name));
+  }
+}
+
 Value Renderer::define_macro(const Node& n) {
-  return Value::from(Function([this, &n](const CallArgs& args) {
+  const bool takes_caller = mentions_name(n.bodies[0], "caller");
+  return Value::from(Function([this, &n, takes_caller](const CallArgs& args) {
     NestingGuard guard(macro_depth_, kMaxMacroDepth, fmt::format("macro '{}' calls nested too deeply", n.macro_name));
     Scope scope(&root_);
-    if (args.positional.size() > n.params.size())
-      template_error(fmt::format("macro '{}' takes {} arguments, got {}", n.macro_name, n.params.size(),
-                                 args.positional.size()));
-    for (size_t i = 0; i < n.params.size(); ++i) {
-      const auto& [name, fallback] = n.params[i];
-      const Value* given = args.get(i, name.c_str());
-      scope.set(name, given != nullptr ? *given : fallback ? eval(*fallback, scope) : Value::undefined(name));
+    bind_parameters(n, fmt::format("macro '{}'", n.macro_name), args, scope);
+    for (const auto& [key, value] : args.keyword) {
+      if (key != "caller") continue;
+      if (!takes_caller)  // Jinja2 passes caller only to a macro that uses it
+        template_error(fmt::format("macro '{}' was called from a call block but does not use caller()", n.macro_name));
+      scope.set("caller", value);
     }
     std::string out;
     body(n.bodies[0], scope, out);
@@ -334,8 +429,10 @@ Value Renderer::item(const Value& obj, const Value& key, int line) {
   if (key.kind == Value::Kind::kInt && obj.is_string()) {
     const std::u32string s = code_points(obj.string);
     const int64_t i = sequence_index(key.integer, static_cast<int64_t>(s.size()));
-    return i >= 0 ? Value::from(utf8(s.substr(static_cast<size_t>(i), 1)))
-                  : Value::undefined(fmt::format("[{}]", key.integer));
+    if (i < 0) return Value::undefined(fmt::format("[{}]", key.integer));
+    Value character = Value::from(utf8(s.substr(static_cast<size_t>(i), 1)));
+    character.is_markup = obj.is_markup;  // Markup's [i] is Markup
+    return character;
   }
   if (key.is_string()) return attribute(obj, key.string, line);
   return Value::undefined(python_str(key));
@@ -360,7 +457,9 @@ Value Renderer::slice(const Expr& e, Scope& scope) {
   if (obj.is_string()) {
     std::u32string s;
     for (int64_t i : indices) s.push_back(chars[static_cast<size_t>(i)]);
-    return Value::from(utf8(s));
+    Value sliced = Value::from(utf8(s));
+    sliced.is_markup = obj.is_markup;
+    return sliced;
   }
   List l;
   for (int64_t i : indices) l.push_back((*obj.list)[static_cast<size_t>(i)]);
@@ -372,6 +471,7 @@ Value Renderer::dict_literal(const Expr& e, Scope& scope) {
   for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
     const Value key = eval(*e.args[i], scope);
     if (!key.is_string()) template_error(fmt::format("dict keys must be strings (line {})", e.line));
+    if (key.is_markup) template_error(fmt::format("an escaped (Markup) dict key is not supported (line {})", e.line));
     Value value = eval(*e.args[i + 1], scope);
     auto it = std::find_if(d.begin(), d.end(), [&](const auto& kv) { return kv.first == key.string; });
     if (it != d.end()) it->second = std::move(value);

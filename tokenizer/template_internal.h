@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,8 @@ struct Value {
   std::shared_ptr<Function> function;
   bool is_namespace = false;  // a namespace() object: the one dict `set x.attr` may change
   bool is_tuple = false;      // a list written (a, b): shown as Python shows a tuple
+  bool is_group = false;      // groupby's (grouper, list) tuple: its items are also .grouper and .list
+  bool is_markup = false;     // a string from escape or safe: markupsafe's Markup, which escapes what joins it
   std::string undefined_name;  // what an undefined value was looked up as (for errors)
 
   static Value undefined(std::string name = "");
@@ -59,7 +62,7 @@ struct Value {
   bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
   bool truthy() const;
   double as_double() const;
-  // The dict entry `key`, or nullptr.
+  // The dict entry `key` (or a groupby tuple's "grouper" / "list"), or nullptr.
   const Value* find(const std::string& key) const;
 };
 
@@ -75,6 +78,8 @@ std::string to_json(const Value& v, int indent);
 std::u32string code_points(const std::string& s);
 std::string utf8(const std::u32string& s);
 bool python_isspace(char32_t c);
+// markupsafe's escape: & < > ' " as HTML entities.
+std::string html_escape(const std::string& s);
 
 // Throws kModel "chat template: <what>" (a template the subset cannot render
 // or that is wrong), control characters in `what` escaped to keep one line.
@@ -120,18 +125,20 @@ struct Expr {
 struct Node;
 using Body = std::vector<std::unique_ptr<Node>>;
 struct Node {
-  enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kBreak, kContinue, kMacro, kPlain };
+  enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kBreak, kContinue, kMacro, kPlain, kFilterBlock, kCallBlock };
   Kind kind;
   int line = 0;
   std::string text;                  // kText
-  std::vector<ExprPtr> exprs;        // kOutput: 1; kIf: conditions; kFor: iterable, filter?; kSet: value
-  std::vector<Body> bodies;          // kIf: one per condition (+ else); kFor: body (+ else); kMacro/kSetBlock/kPlain: body
+  // kOutput: 1; kIf: conditions; kFor: iterable, filter?; kSet: value; kCallBlock: the call;
+  // kFilterBlock: its filters as a chain of kFilter whose innermost operand is an undefined literal
+  std::vector<ExprPtr> exprs;
+  std::vector<Body> bodies;          // kIf: one per condition (+ else); kFor: body (+ else); others: body
   std::vector<std::string> targets;  // kFor / kSet / kSetBlock: names; kSet "ns.attr" as {"ns", "attr"} with attr set
   std::string attribute;             // kSet on a namespace attribute
   bool has_else = false;             // kIf / kFor
   bool has_filter = false;           // kFor: `for x in xs if cond`
   std::string macro_name;            // kMacro
-  std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro: name and default (or null)
+  std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro / kCallBlock (caller's): name and default (or null)
 };
 
 // Parses template source (whitespace control as transformers sets it up).
@@ -148,5 +155,18 @@ Value apply_filter(const std::string& name, const Value& input, const CallArgs& 
 bool apply_test(const std::string& name, const Value& input, const CallArgs& args);
 // A bound method (`"a b".split`, `d.items`), or undefined when `v` has none named `name`.
 Value method(const Value& v, const std::string& name);
+
+// Shared by the filters of template_builtins.cpp and template_filters.cpp.
+std::string map_case(const std::string& s, int mode);  // Python's str.lower / upper / capitalize / title: 0..3
+List as_list(const Value& v);                         // what iterating `v` gives (a dict's keys, a string's characters)
+// Jinja's attribute lookup for filters: "a.b" goes down dicts, an all-digit part (or an integer) indexes a
+// list; `fallback` replaces an undefined part; a part of an undefined one fails.
+Value attribute_of(const Value& item, const Value& attribute, const Value* fallback = nullptr);
+Value arg_or(const CallArgs& a, size_t i, const char* name, const Value& fallback);
+// The filters of template_filters.cpp (sort, dictsort, min, max, unique, groupby, sum, batch, slice, round)
+// and of template_text_filters.cpp (format, truncate, center, wordcount, striptags, escape, attr); nullopt
+// for other names.
+std::optional<Value> collection_filter(const std::string& name, const Value& input, const CallArgs& args);
+std::optional<Value> text_format_filter(const std::string& name, const Value& input, const CallArgs& args);
 
 }  // namespace lockstep::jinja

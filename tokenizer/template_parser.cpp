@@ -261,6 +261,31 @@ class ExprParser {
     }
     return e;
   }
+  // `name(args) | name(args)...` of a filter block, applied to an undefined placeholder.
+  ExprPtr filter_chain() {
+    ExprPtr e = literal(Value::undefined());
+    do {
+      auto f = node(Expr::Kind::kFilter, expect_name(), std::move(e));
+      if (is_op("(")) call_arguments(*f);
+      e = std::move(f);
+    } while (skip_op("|"));
+    return e;
+  }
+  // `(name, name=default, ...)` of a macro or a call block.
+  std::vector<std::pair<std::string, ExprPtr>> parameters() {
+    std::vector<std::pair<std::string, ExprPtr>> params;
+    expect_op("(");
+    while (!skip_op(")")) {
+      std::string name = expect_name();
+      ExprPtr fallback = skip_op("=") ? expression() : nullptr;
+      params.emplace_back(std::move(name), std::move(fallback));
+      if (!skip_op(",")) {
+        expect_op(")");
+        break;
+      }
+    }
+    return params;
+  }
   // `a, b` without brackets (for targets of set and values of set) is a list.
   ExprPtr tuple_or_expression() {
     ExprPtr first = expression();
@@ -526,6 +551,7 @@ class TemplateParser {
   std::unique_ptr<Node> parse_for(ExprParser& p, int line);
   std::unique_ptr<Node> parse_set(ExprParser& p, int line);
   std::unique_ptr<Node> parse_macro(ExprParser& p, int line);
+  std::unique_ptr<Node> parse_filter_or_call(const std::string& keyword, ExprParser& p, int line);
 
   std::vector<Segment> segments_;
   size_t pos_ = 0;
@@ -582,6 +608,7 @@ std::unique_ptr<Node> TemplateParser::parse_statement(const std::string& keyword
     p.expect_end();
     return make_node(keyword == "break" ? Node::Kind::kBreak : Node::Kind::kContinue, line);
   }
+  if (keyword == "filter" || keyword == "call") return parse_filter_or_call(keyword, p, line);
   if (keyword == "generation") {  // transformers' marker of assistant text: renders its body
     p.expect_end();
     auto n = make_node(Node::Kind::kPlain, line);
@@ -670,19 +697,27 @@ std::unique_ptr<Node> TemplateParser::parse_set(ExprParser& p, int line) {
 std::unique_ptr<Node> TemplateParser::parse_macro(ExprParser& p, int line) {
   auto n = make_node(Node::Kind::kMacro, line);
   n->macro_name = p.expect_name();
-  p.expect_op("(");
-  while (!p.skip_op(")")) {
-    std::string name = p.expect_name();
-    ExprPtr fallback = p.skip_op("=") ? p.expression() : nullptr;
-    n->params.emplace_back(std::move(name), std::move(fallback));
-    if (!p.skip_op(",")) {
-      p.expect_op(")");
-      break;
-    }
-  }
+  n->params = p.parameters();
   p.expect_end();
   std::string end;
   n->bodies.push_back(parse_body({"endmacro"}, end));
+  end_parser_->expect_end();
+  return n;
+}
+
+// {% filter name(args) | ... %}body{% endfilter %}, {% call(params) macro(args) %}body{% endcall %}.
+std::unique_ptr<Node> TemplateParser::parse_filter_or_call(const std::string& keyword, ExprParser& p, int line) {
+  auto n = make_node(keyword == "filter" ? Node::Kind::kFilterBlock : Node::Kind::kCallBlock, line);
+  if (keyword == "filter") {
+    n->exprs.push_back(p.filter_chain());
+  } else {
+    if (p.is_op("(")) n->params = p.parameters();
+    n->exprs.push_back(p.expression());
+    if (n->exprs[0]->kind != Expr::Kind::kCall) p.fail("a call block needs a call");
+  }
+  p.expect_end();
+  std::string end;
+  n->bodies.push_back(parse_body({"end" + keyword}, end));
   end_parser_->expect_end();
   return n;
 }

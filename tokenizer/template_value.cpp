@@ -106,6 +106,7 @@ double Value::as_double() const {
 }
 
 const Value* Value::find(const std::string& key) const {
+  if (is_group) return key == "grouper" ? &(*list)[0] : key == "list" ? &(*list)[1] : nullptr;
   if (kind != Kind::kDict) return nullptr;
   for (const auto& [k, v] : *dict)
     if (k == key) return &v;
@@ -254,7 +255,8 @@ void json_value(const Value& v, int indent, int level, std::string& out) {
 
 std::string python_repr(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::kString: return string_repr(v.string);
+    case Value::Kind::kUndefined: return "Undefined";
+    case Value::Kind::kString: return v.is_markup ? "Markup(" + string_repr(v.string) + ")" : string_repr(v.string);
     case Value::Kind::kList: {
       std::string out = v.is_tuple ? "(" : "[";
       for (size_t i = 0; i < v.list->size(); ++i) out += (i > 0 ? ", " : "") + python_repr((*v.list)[i]);
@@ -318,11 +320,10 @@ bool equal(const Value& a, const Value& b) {
 bool less(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
   if (a.is_string() && b.is_string()) return a.string < b.string;  // UTF-8 bytes order as code points
-  if (a.kind == Value::Kind::kList && b.kind == Value::Kind::kList) {
-    for (size_t i = 0; i < a.list->size() && i < b.list->size(); ++i) {
-      if (less((*a.list)[i], (*b.list)[i])) return true;
-      if (less((*b.list)[i], (*a.list)[i])) return false;
-    }
+  if (a.kind == Value::Kind::kList && b.kind == Value::Kind::kList && a.is_tuple == b.is_tuple) {
+    // Python: the first items that differ decide (equal ones are never ordered), else the shorter.
+    for (size_t i = 0; i < a.list->size() && i < b.list->size(); ++i)
+      if (!equal((*a.list)[i], (*b.list)[i])) return less((*a.list)[i], (*b.list)[i]);
     return a.list->size() < b.list->size();
   }
   template_error(fmt::format("cannot order a {} and a {}", kind_name(a.kind), kind_name(b.kind)));
@@ -343,6 +344,21 @@ std::u32string code_points(const std::string& s) {
 std::string utf8(const std::u32string& s) {
   std::string out;
   for (char32_t c : s) tok_detail::append_utf8(out, c);
+  return out;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '\'': out += "&#39;"; break;
+      case '"': out += "&#34;"; break;
+      default: out.push_back(c);
+    }
+  }
   return out;
 }
 
