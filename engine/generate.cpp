@@ -77,9 +77,9 @@ class GenerationRun {
   // whenever it is sure to run as the synchronous loop would run it: the
   // same sequences (none reaches its token limit with this step's token and
   // none is still prefilling), each fed its chosen token on the device. When
-  // a sequence stops on a stop id instead, the queued step is dropped, so
-  // the steps and their batches, and with them the tokens, are those of the
-  // synchronous loop.
+  // a sequence stops on a stop id (or its stops_after) instead, the queued
+  // step is dropped, so the steps and their batches, and with them the
+  // tokens, are those of the synchronous loop.
   void run(bool overlap_steps) {
     for (admit(); !active_.empty(); admit()) {
       Step step = next_step();
@@ -237,13 +237,18 @@ class GenerationRun {
              return !prefilling(r) && static_cast<int64_t>(out_[r].tokens.size()) + 1 < requests_[r].max_new_tokens;
            });
   }
-  // Appends the chosen token (and its logits row) and reports it.
+  // Appends the chosen token (and its logits row), decides whether it ends
+  // the request and reports it. The request's stops_after sees every token
+  // (it may keep state), and before on_token, so that a caller streaming
+  // text knows by then what the token completed.
   void append(size_t seq, int32_t token, const float* row) {
     out_[seq].tokens.push_back(token);
     if (row != nullptr) out_[seq].logits.insert(out_[seq].logits.end(), row, row + vocab_);
+    const GenerationRequest& r = requests_[seq];
+    const bool stop_id = std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end();
+    const bool hook = r.stops_after && r.stops_after(token);
+    out_[seq].stopped = stop_id || hook;
     if (callbacks_.on_token) callbacks_.on_token(seq, token);
-    const auto& stops = requests_[seq].stop_ids;
-    if (std::find(stops.begin(), stops.end(), token) != stops.end()) out_[seq].stopped = true;
   }
   // Appends the oldest queued step's tokens; whether a sequence stopped.
   bool take(const std::vector<size_t>& row_seq) {

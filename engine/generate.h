@@ -15,6 +15,13 @@ struct GenerationRequest {
   int64_t max_new_tokens = 16;
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // generation ends after emitting one of these
+  // A further end condition (the CLI's stop strings): called with each
+  // generated token in order as it is appended, before the token is reported
+  // (on_token); true ends the request with that token, in the same step and
+  // in the same way as a stop id. It may keep state between calls (the
+  // caller's, for one generate() call), but must decide from the tokens
+  // alone, so that every tensor-parallel rank decides alike.
+  std::function<bool(int32_t)> stops_after;
   // The sequence number the sampling bits are drawn for (sampling_random's
   // `sequence`); -1: the request's index in the generate() call.
   int64_t sampling_sequence = -1;
@@ -23,7 +30,7 @@ struct GenerationRequest {
 struct GenerationOutput {
   std::vector<int32_t> tokens;
   std::vector<float> logits;  // [tokens.size(), vocab] when asked for: row i chose tokens[i]
-  bool stopped = false;       // ended on a stop id rather than the token limit
+  bool stopped = false;       // ended on a stop id or stops_after rather than the token limit
 };
 
 // Called as each token is chosen: (request index, token).

@@ -122,6 +122,55 @@ TEST_F(EngineTest, StopIdEndsGenerationAndIsEmitted) {
                                                      free_run[0].tokens.begin() + static_cast<long>(first) + 1));
 }
 
+// A request's stops_after ends it with the token it returns true for, in
+// that token's step, as a stop id does: its tokens end there, the hook saw
+// each of them once and in order, and with steps queued ahead the one queued
+// past the stop is dropped (the requests sharing its steps, and those that
+// take the freed slots, get the tokens they get alone). Each hook here ends
+// its request on a pair of tokens of its free run, as a stop string that
+// spans two tokens would.
+TEST_F(EngineTest, StopsAfterEndsARequestInItsStep) {
+  std::vector<GenerationRequest> requests;
+  for (int r = 0; r < 5; ++r)
+    requests.push_back({.prompt = prompt(3 + 4 * r, 20 + r), .max_new_tokens = 8, .sampling_sequence = r});
+  requests[2].sampling = SamplingParams{.temperature = 0.9, .seed = 3};
+  std::vector<std::vector<int32_t>> free_run, expected;
+  for (const GenerationRequest& r : requests) {
+    auto e = engine(1, 256);
+    free_run.push_back(Generator(e->group()).generate({r}, false)[0].tokens);
+    ASSERT_EQ(free_run.back().size(), 8u);
+  }
+  std::vector<std::vector<int32_t>> seen(requests.size());
+  for (size_t r = 0; r < requests.size(); ++r) {
+    // Request 4 never meets its pair and runs to its token limit.
+    const std::pair<int32_t, int32_t> pair =
+        r == 4 ? std::make_pair(-1, -1) : std::make_pair(free_run[r][1 + r], free_run[r][2 + r]);
+    size_t end = 1;
+    while (end < 8 && !(free_run[r][end - 1] == pair.first && free_run[r][end] == pair.second)) ++end;
+    const auto kept = static_cast<long>(std::min<size_t>(end + 1, 8));
+    expected.push_back(std::vector<int32_t>(free_run[r].begin(), free_run[r].begin() + kept));
+    requests[r].stops_after = [&seen, r, pair](int32_t token) {
+      std::vector<int32_t>& tokens = seen[r];
+      tokens.push_back(token);
+      return tokens.size() >= 2 && tokens[tokens.size() - 2] == pair.first && tokens.back() == pair.second;
+    };
+  }
+  for (size_t r = 0; r < 4; ++r) ASSERT_LT(expected[r].size(), 8u);
+  for (const bool keep_logits : {true, false})
+    for (const bool overlap : {true, false}) {
+      for (auto& tokens : seen) tokens.clear();
+      auto two_slots = engine(2, 16);
+      const std::vector<GenerationOutput> out = Generator(two_slots->group(), overlap).generate(requests, keep_logits);
+      for (size_t r = 0; r < requests.size(); ++r) {
+        const std::string where = "request " + std::to_string(r) + " keep_logits " + std::to_string(keep_logits) +
+                                  " overlap " + std::to_string(overlap);
+        EXPECT_EQ(out[r].tokens, expected[r]) << where;
+        EXPECT_EQ(seen[r], out[r].tokens) << where;
+        EXPECT_EQ(out[r].stopped, r != 4) << where;
+      }
+    }
+}
+
 // Prefix reuse: a request prefills only what follows the tokens its slot's
 // cache holds from the call before, with the tokens and logits of a whole
 // prefill (bit for bit: the CPU backend's ops do not depend on the batch).
