@@ -131,6 +131,7 @@ int run_chat(ChatSession& s) {
   s.model.engine.diag = Diagnostics::parse(s.model.diag);
   s.model.engine.collective_timeout_s = world().collective_timeout_s;
   s.request.sampling.validate();
+  check_stop_option(s.stop);
   LS_REQUIRE(s.request.max_new_tokens > 0, ErrorKind::kInvalidArgument, "--max-new-tokens must be > 0, got {}",
              s.request.max_new_tokens);
   const Tokenizer tokenizer = load_tokenizer(s.model.engine.model_dir, s.tokenizer);
@@ -166,21 +167,21 @@ int run_chat(ChatSession& s) {
       messages.erase(messages.end() - 1);
       continue;
     }
-    // The reply as text on every rank (valid UTF-8, special tokens left out), streamed by rank 0.
-    StreamDecoder decoder(tokenizer);
-    std::string reply;
-    generator.generate({r}, false, [&](size_t, int32_t id) {
-      if (tokenizer.is_special(id)) return;
-      const std::string piece = decoder.push(id);
-      reply += piece;
-      if (world().rank == 0) std::cout << piece << std::flush;
+    // The reply as text on every rank (valid UTF-8, special tokens left out,
+    // ended before a stop string), streamed by rank 0. What the conversation
+    // keeps is that text, as for a reply ended by an eos; the next turn's
+    // prompt, rendered from it, then reuses the cache only as far as its
+    // tokens match the ones generated.
+    StopStringStream reply(tokenizer, s.stop.strings);
+    stop_on_strings(r, reply);
+    generator.generate({r}, false, [&](size_t, int32_t) {
+      if (world().rank == 0) std::cout << reply.take_ready() << std::flush;
     });
     spdlog::debug("turn {}: {} prompt tokens, {} of them from the KV cache", turn + 1, r.prompt.size(),
                   generator.reused_prompt_tokens()[0]);
-    const std::string tail = decoder.flush();
-    reply += tail;
+    const std::string tail = reply.take_rest();
     if (world().rank == 0) std::cout << tail << std::endl;
-    messages.push_back({{"role", "assistant"}, {"content", reply}});
+    messages.push_back({{"role", "assistant"}, {"content", reply.text()}});
   }
   return 0;
 }

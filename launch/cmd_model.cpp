@@ -88,6 +88,10 @@ void add_generation_options(CLI::App* cmd, GenerationRequest& request, StopOptio
   cmd->add_option("--top-p", request.sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
   cmd->add_option("--seed", request.sampling.seed, "sampling seed")->capture_default_str();
   cmd->add_option("--stop-ids", stop.ids, "comma-separated ids that end generation (default: the model's eos ids)");
+  cmd->add_option("--stop", stop.strings,
+                  "a text that ends generation, not shown (repeatable; text prompts only; matched in the text "
+                  "shown, without special tokens)")
+      ->allow_extra_args(false);
   if (with_ignore_eos)
     cmd->add_flag("--ignore-eos", stop.ignore_eos, "generate --max-new-tokens tokens, ignoring the eos ids");
 }
@@ -95,6 +99,18 @@ void add_generation_options(CLI::App* cmd, GenerationRequest& request, StopOptio
 std::vector<int32_t> resolve_stop_ids(const StopOptions& stop, const ModelConfig& config) {
   if (!stop.ids.empty()) return parse_id_list(stop.ids, "--stop-ids");
   return stop.ignore_eos ? std::vector<int32_t>{} : config.eos_token_ids;
+}
+
+void check_stop_option(const StopOptions& stop) {
+  try {
+    check_stop_strings(stop.strings);
+  } catch (const Error& e) {
+    LS_FAIL(e.kind(), "--stop: {}", e.what());
+  }
+}
+
+void stop_on_strings(GenerationRequest& request, StopStringStream& text) {
+  request.stops_after = [&text](int32_t id) { return text.push(id); };
 }
 
 Tokenizer load_tokenizer(const std::filesystem::path& model_dir, const std::string& tokenizer_option) {
@@ -175,6 +191,31 @@ GenerationRequest request_settings(const nlohmann::ordered_json& line, const Gen
   return r;
 }
 
+// A --prompts-file line's "stop" (a string or a list of strings) over the
+// command line's --stop.
+std::vector<std::string> line_stop_strings(const nlohmann::ordered_json& line, const std::vector<std::string>& shared,
+                                           const std::string& where) {
+  if (!line.contains("stop")) return shared;
+  const nlohmann::ordered_json& stop = line["stop"];
+  std::vector<std::string> stops;
+  const auto take = [&](const nlohmann::ordered_json& s) {
+    LS_REQUIRE(s.is_string(), ErrorKind::kInvalidArgument,
+               "{}: \"stop\" must be a string or a list of strings, got {}", where, stop.dump());
+    stops.push_back(s.get<std::string>());
+  };
+  if (stop.is_array()) {
+    for (const auto& s : stop) take(s);
+  } else {
+    take(stop);
+  }
+  try {
+    check_stop_strings(stops);
+  } catch (const Error& e) {
+    LS_FAIL(e.kind(), "{}: \"stop\": {}", where, e.what());
+  }
+  return stops;
+}
+
 // A --prompts-file line's prompt: its "prompt_ids", or its "messages" or
 // "prompt" tokenized (through the chat template where asked).
 void encode_prompt_line(const ModelRunConfig& c, const TextOptions& t, const nlohmann::ordered_json& line,
@@ -208,6 +249,7 @@ void encode_prompt_line(const ModelRunConfig& c, const TextOptions& t, const nlo
 struct PromptsFile {
   std::vector<GenerationRequest> requests;
   std::vector<int> lines;  // each request's line in the file
+  std::vector<std::vector<std::string>> stop_strings;  // each request's
   // Runs `f`, naming request i's line in what it throws.
   template <typename F>
   void at_line(const std::string& file, size_t i, F f) const {
@@ -223,11 +265,11 @@ struct PromptsFile {
 // taken as --prompt is, --chat, --system and --no-special-tokens included),
 // "prompt_ids" (a list of ids) or "messages" (a conversation, as --messages);
 // blank lines skipped; optional "max_new_tokens", "temperature", "top_k",
-// "top_p", "seed" override the command line's for that request. The requests
-// in order, their sampling bits drawn for their line's index (so they do not
-// depend on which requests share a step).
+// "top_p", "seed", "stop" override the command line's for that request. The
+// requests in order, their sampling bits drawn for their line's index (so
+// they do not depend on which requests share a step).
 PromptsFile read_prompts_file(const ModelRunConfig& c, const TextOptions& t, const GenerationRequest& shared,
-                              std::optional<Tokenizer>& tokenizer) {
+                              const std::vector<std::string>& shared_stops, std::optional<Tokenizer>& tokenizer) {
   std::ifstream in(t.prompts_file, std::ios::binary);
   LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read --prompts-file {}", t.prompts_file);
   PromptsFile file;
@@ -248,6 +290,7 @@ PromptsFile read_prompts_file(const ModelRunConfig& c, const TextOptions& t, con
     LS_REQUIRE(kinds == 1, ErrorKind::kInvalidArgument,
                "{}: expected an object with one of \"prompt\", \"prompt_ids\", \"messages\"", where());
     requests.push_back(request_settings(line, shared, where()));
+    file.stop_strings.push_back(line_stop_strings(line, shared_stops, where()));
     requests.back().sampling_sequence = static_cast<int64_t>(requests.size() - 1);
     file.lines.push_back(number);
     file.at_line(t.prompts_file, requests.size() - 1,
@@ -257,19 +300,28 @@ PromptsFile read_prompts_file(const ModelRunConfig& c, const TextOptions& t, con
   return file;
 }
 
-
-std::vector<int32_t> without_special_tokens(const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
-  std::vector<int32_t> kept;
-  for (int32_t id : ids)
-    if (!tokenizer.is_special(id)) kept.push_back(id);
-  return kept;
+// Each request's text, through which its stop strings end it (none without
+// a tokenizer: a file of "prompt_ids" lines and no stop strings prints ids
+// alone). Stop strings are matched in the text, so "prompt_ids" lines with
+// them load the tokenizer too.
+std::vector<StopStringStream> text_streams(const ModelRunConfig& c, const TextOptions& t, PromptsFile& file,
+                                           std::optional<Tokenizer>& tokenizer) {
+  const auto& stops = file.stop_strings;
+  if (!tokenizer && std::any_of(stops.begin(), stops.end(), [](const auto& s) { return !s.empty(); }))
+    tokenizer.emplace(load_tokenizer(c.engine.model_dir, t.tokenizer));
+  std::vector<StopStringStream> texts;
+  if (!tokenizer) return texts;
+  for (const auto& request_stops : stops) texts.emplace_back(*tokenizer, request_stops);
+  for (size_t r = 0; r < texts.size(); ++r) stop_on_strings(file.requests[r], texts[r]);
+  return texts;
 }
 
 // Runs the requests of --prompts-file with --max-batch sequences at once
 // (default: all of them, up to 32; a request takes a slot as one frees up),
 // printing one JSON line per request in the file's order, each as soon as it
 // and those before it are done: {"index", "ids", "text" (when a tokenizer was
-// used; special tokens left out, as in the streamed text), "stopped"}.
+// used; special tokens left out, as in the streamed text, and cut before a
+// stop string), "stopped"}.
 int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const StopOptions& stop,
                        const TextOptions& text) {
   LS_REQUIRE(c.dump_logits.empty(), ErrorKind::kInvalidArgument, "--dump-logits takes one prompt, not --prompts-file");
@@ -277,8 +329,9 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   LS_REQUIRE(text.chat.messages_file.empty(), ErrorKind::kInvalidArgument,
              "give exactly one of --prompt-ids, --prompt, --prompt-file, --messages, --prompts-file");
   std::optional<Tokenizer> tokenizer;
-  PromptsFile file = read_prompts_file(c, text, base, tokenizer);
+  PromptsFile file = read_prompts_file(c, text, base, stop.strings, tokenizer);
   std::vector<GenerationRequest>& requests = file.requests;
+  std::vector<StopStringStream> texts = text_streams(c, text, file, tokenizer);
   if (c.max_batch_option == nullptr || c.max_batch_option->count() == 0)
     c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(requests.size()), 32);
   log_start("generate", c);
@@ -293,7 +346,10 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   generator.set_prefix_reuse(!text.no_prefix_reuse);
   generator.generate(requests, false, nullptr, [&](size_t r, const GenerationOutput& out) {
     nlohmann::ordered_json& line = lines[r].emplace(nlohmann::ordered_json{{"index", r}, {"ids", out.tokens}});
-    if (tokenizer) line["text"] = tokenizer->decode(without_special_tokens(*tokenizer, out.tokens));
+    if (tokenizer) {
+      texts[r].take_rest();
+      line["text"] = texts[r].text();
+    }
     line["stopped"] = out.stopped;
     for (; printed < lines.size() && lines[printed] && world().rank == 0; ++printed)
       std::cout << lines[printed]->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
@@ -312,25 +368,30 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   c.engine.diag = Diagnostics::parse(c.diag);
   c.engine.collective_timeout_s = world().collective_timeout_s;
   request.sampling.validate();
+  check_stop_option(stop);
   if (!text.prompts_file.empty() && c.prompt_ids.empty() && !text.prompt && text.prompt_file.empty())
     return run_generate_batch(c, request, stop, text);
   std::optional<Tokenizer> tokenizer = load_prompt(c, text, request);
+  LS_REQUIRE(tokenizer || stop.strings.empty(), ErrorKind::kInvalidArgument,
+             "--stop needs a text prompt (--prompt, --prompt-file, --messages or --prompts-file), not --prompt-ids");
   if (world().rank == 0 && !c.dump_logits.empty()) require_output_path(c.dump_logits, "--dump-logits");
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
   request.stop_ids = resolve_stop_ids(stop, engine.config());
   Generator generator(engine.group(), !c.engine.sync_steps);
   const bool keep_logits = !c.dump_logits.empty();
-  // Rank 0 streams the text as tokens arrive, holding back incomplete UTF-8.
-  std::optional<StreamDecoder> stream;
-  if (tokenizer && world().rank == 0) stream.emplace(*tokenizer);
-  // Special tokens (an eos, <|im_end|>) are not shown, as vLLM and transformers' skip_special_tokens do.
-  auto on_token = [&](size_t, int32_t id) {
-    if (stream && !tokenizer->is_special(id)) std::cout << stream->push(id) << std::flush;
+  // Every rank follows the text (to stop alike on a stop string); rank 0
+  // streams it as tokens arrive, holding back incomplete UTF-8 and what may
+  // be the start of a stop string. Special tokens (an eos, <|im_end|>) are
+  // not shown, as vLLM and transformers' skip_special_tokens do.
+  std::optional<StopStringStream> stream;
+  if (tokenizer) stop_on_strings(request, stream.emplace(*tokenizer, stop.strings));
+  auto on_token = [&](size_t, int32_t) {
+    if (stream && world().rank == 0) std::cout << stream->take_ready() << std::flush;
   };
   std::vector<GenerationOutput> out = generator.generate({request}, keep_logits, on_token);
   if (world().rank == 0) {
-    if (stream) std::cout << stream->flush() << std::endl;
+    if (stream) std::cout << stream->take_rest() << std::endl;
     else std::cout << fmt::format("{}", fmt::join(out[0].tokens, " ")) << std::endl;
     if (keep_logits)
       write_npy_f32(c.dump_logits, {static_cast<int64_t>(out[0].tokens.size()), engine.config().vocab_size},

@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/stop_strings.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lockstep::cli {
@@ -80,16 +81,23 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c);
 std::vector<int32_t> parse_id_list(const std::string& text, const char* option);
 void log_start(const char* what, const ModelRunConfig& c);
 
-// --stop-ids / --ignore-eos, and what they resolve to once the model is known.
+// --stop-ids / --ignore-eos, and what they resolve to once the model is
+// known; --stop, the stop strings (tokenizer/stop_strings.h).
 struct StopOptions {
   std::string ids;
   bool ignore_eos = false;
+  std::vector<std::string> strings;
 };
-// --max-new-tokens, --temperature, --top-k, --top-p, --seed, --stop-ids and
-// (`with_ignore_eos`) --ignore-eos, for generate and chat.
+// --max-new-tokens, --temperature, --top-k, --top-p, --seed, --stop-ids,
+// --stop and (`with_ignore_eos`) --ignore-eos, for generate and chat.
 void add_generation_options(CLI::App* cmd, GenerationRequest& request, StopOptions& stop, bool with_ignore_eos);
 // --stop-ids as given, else the model's eos ids unless --ignore-eos.
 std::vector<int32_t> resolve_stop_ids(const StopOptions& stop, const ModelConfig& config);
+// Fails, naming --stop, on a stop string check_stop_strings refuses.
+void check_stop_option(const StopOptions& stop);
+// Ends `request` where `text` finds a stop string: the generator shows it
+// each generated id (on every rank, so that every rank stops alike).
+void stop_on_strings(GenerationRequest& request, StopStringStream& text);
 // --tokenizer, else the model folder's tokenizer.json.
 Tokenizer load_tokenizer(const std::filesystem::path& model_dir, const std::string& tokenizer_option);
 
