@@ -300,19 +300,18 @@ PromptsFile read_prompts_file(const ModelRunConfig& c, const TextOptions& t, con
   return file;
 }
 
-// Each request's text, through which its stop strings end it (none without
-// a tokenizer: a file of "prompt_ids" lines and no stop strings prints ids
-// alone). Stop strings are matched in the text, so "prompt_ids" lines with
-// them load the tokenizer too.
-std::vector<StopStringStream> text_streams(const ModelRunConfig& c, const TextOptions& t, PromptsFile& file,
+// Each request's text, with its stop strings (none without a tokenizer: a
+// file of "prompt_ids" lines and no stop strings prints ids alone). Stop
+// strings are matched in the text, so "prompt_ids" lines with them load the
+// tokenizer too.
+std::vector<StopStringStream> text_streams(const ModelRunConfig& c, const TextOptions& t,
+                                           const std::vector<std::vector<std::string>>& stops,
                                            std::optional<Tokenizer>& tokenizer) {
-  const auto& stops = file.stop_strings;
   if (!tokenizer && std::any_of(stops.begin(), stops.end(), [](const auto& s) { return !s.empty(); }))
     tokenizer.emplace(load_tokenizer(c.engine.model_dir, t.tokenizer));
   std::vector<StopStringStream> texts;
-  if (!tokenizer) return texts;
-  for (const auto& request_stops : stops) texts.emplace_back(*tokenizer, request_stops);
-  for (size_t r = 0; r < texts.size(); ++r) stop_on_strings(file.requests[r], texts[r]);
+  if (tokenizer)
+    for (const auto& request_stops : stops) texts.emplace_back(*tokenizer, request_stops);
   return texts;
 }
 
@@ -331,7 +330,8 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   std::optional<Tokenizer> tokenizer;
   PromptsFile file = read_prompts_file(c, text, base, stop.strings, tokenizer);
   std::vector<GenerationRequest>& requests = file.requests;
-  std::vector<StopStringStream> texts = text_streams(c, text, file, tokenizer);
+  std::vector<StopStringStream> texts = text_streams(c, text, file.stop_strings, tokenizer);
+  for (size_t r = 0; r < texts.size(); ++r) stop_on_strings(requests[r], texts[r]);
   if (c.max_batch_option == nullptr || c.max_batch_option->count() == 0)
     c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(requests.size()), 32);
   log_start("generate", c);
