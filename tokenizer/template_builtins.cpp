@@ -328,27 +328,10 @@ List as_list(const Value& v) {
   }
 }
 
-namespace {
-
-// One step of Jinja's environment.getitem: a dict's key, or a list's or string's index.
-Value item_of(const Value& v, const Value& key) {
-  if (key.kind == Kind::kInt && (v.kind == Kind::kList || v.is_string())) {
-    const List chars = v.is_string() ? as_list(v) : List();
-    const List& items = v.is_string() ? chars : *v.list;
-    const int64_t size = static_cast<int64_t>(items.size());
-    const int64_t i = key.integer < 0 ? key.integer + size : key.integer;
-    if (i >= 0 && i < size) return items[static_cast<size_t>(i)];
-  } else if (key.is_string()) {
-    if (const Value* found = v.find(key.string)) return *found;
-  }
-  return Value::undefined(python_str(key));
-}
-
-}  // namespace
 
 Value attribute_of(const Value& item, const Value& attribute, const Value* fallback) {
   if (attribute.kind == Kind::kInt) {
-    const Value v = item_of(item, attribute);
+    const Value v = subscript(item, attribute);
     return fallback != nullptr && v.is_undefined() ? *fallback : v;
   }
   const std::string path = python_str(attribute);
@@ -359,7 +342,7 @@ Value attribute_of(const Value& item, const Value& attribute, const Value* fallb
     const bool digits = !part.empty() && part.size() < 19 &&
                         std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (v.is_undefined()) template_error(fmt::format("'{}' is undefined (looking up '{}')", v.undefined_name, path));
-    v = item_of(v, digits ? Value::from(static_cast<int64_t>(std::stoll(part))) : Value::from(part));
+    v = subscript(v, digits ? Value::from(static_cast<int64_t>(std::stoll(part))) : Value::from(part));
     if (fallback != nullptr && v.is_undefined()) v = *fallback;
     if (dot == std::string::npos) return v;
     start = dot + 1;

@@ -57,6 +57,30 @@ int64_t sequence_index(int64_t i, int64_t size) {
   return i >= 0 && i < size ? i : -1;
 }
 
+}  // namespace
+
+Value subscript(const Value& obj, const Value& key) {
+  if (key.is_string()) {
+    const Value* v = obj.find(key.string);
+    return v != nullptr ? *v : Value::undefined(key.string);
+  }
+  if (key.kind == Value::Kind::kInt && obj.kind == Value::Kind::kList) {
+    const int64_t i = sequence_index(key.integer, static_cast<int64_t>(obj.list->size()));
+    return i >= 0 ? (*obj.list)[static_cast<size_t>(i)] : Value::undefined(fmt::format("[{}]", key.integer));
+  }
+  if (key.kind == Value::Kind::kInt && obj.is_string()) {
+    const std::u32string s = code_points(obj.string);
+    const int64_t i = sequence_index(key.integer, static_cast<int64_t>(s.size()));
+    if (i < 0) return Value::undefined(fmt::format("[{}]", key.integer));
+    Value character = Value::from(utf8(s.substr(static_cast<size_t>(i), 1)));
+    character.is_markup = obj.is_markup;  // Markup's [i] is Markup
+    return character;
+  }
+  return Value::undefined(python_str(key));
+}
+
+namespace {
+
 // Python's slice [start:stop:step] of a sequence of `size`: the indices taken.
 std::vector<int64_t> slice_indices(const Value& start, const Value& stop, const Value& step, int64_t size) {
   const auto integer = [](const Value& v, const char* what) {
@@ -418,24 +442,9 @@ Value Renderer::attribute(const Value& obj, const std::string& name, int line) {
 Value Renderer::item(const Value& obj, const Value& key, int line) {
   if (obj.is_undefined()) undefined_error(obj, line);
   if (key.is_undefined()) undefined_error(key, line);
-  if (key.is_string() && obj.kind == Value::Kind::kDict) {
-    const Value* v = obj.find(key.string);
-    return v != nullptr ? *v : Value::undefined(key.string);
-  }
-  if (key.kind == Value::Kind::kInt && obj.kind == Value::Kind::kList) {
-    const int64_t i = sequence_index(key.integer, static_cast<int64_t>(obj.list->size()));
-    return i >= 0 ? (*obj.list)[static_cast<size_t>(i)] : Value::undefined(fmt::format("[{}]", key.integer));
-  }
-  if (key.kind == Value::Kind::kInt && obj.is_string()) {
-    const std::u32string s = code_points(obj.string);
-    const int64_t i = sequence_index(key.integer, static_cast<int64_t>(s.size()));
-    if (i < 0) return Value::undefined(fmt::format("[{}]", key.integer));
-    Value character = Value::from(utf8(s.substr(static_cast<size_t>(i), 1)));
-    character.is_markup = obj.is_markup;  // Markup's [i] is Markup
-    return character;
-  }
-  if (key.is_string()) return attribute(obj, key.string, line);
-  return Value::undefined(python_str(key));
+  // obj["name"] of a value that is not a dict: its attribute (methods included).
+  if (key.is_string() && obj.kind != Value::Kind::kDict) return attribute(obj, key.string, line);
+  return subscript(obj, key);
 }
 
 CallArgs Renderer::arguments(const Expr& e, size_t first, Scope& scope) {

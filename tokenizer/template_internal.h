@@ -153,6 +153,9 @@ std::string render(const Body& body, const std::map<std::string, Value>& globals
 // template_error naming what it does not support.
 Value apply_filter(const std::string& name, const Value& input, const CallArgs& args);
 bool apply_test(const std::string& name, const Value& input, const CallArgs& args);
+// Jinja's getitem, one step: a dict's (or a groupby tuple's) key, a list's or
+// string's index (negative from the end); undefined where there is none.
+Value subscript(const Value& obj, const Value& key);
 // A bound method (`"a b".split`, `d.items`), or undefined when `v` has none named `name`.
 Value method(const Value& v, const std::string& name);
 
