@@ -87,4 +87,16 @@ inline void* upload_bf16(const std::vector<float>& host) {
   return upload_bytes(raw.data(), raw.size() * 2);
 }
 
+#ifdef __CUDACC__
+// A 16-byte load past L1 (not kept there): the weight streams of the
+// bandwidth benches.
+__device__ __forceinline__ uint4 load_streaming(const unsigned char* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+#endif
+
 }  // namespace lockstep::bench

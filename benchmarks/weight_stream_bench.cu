@@ -23,18 +23,11 @@
 
 namespace {
 
+using lockstep::bench::load_streaming;
 constexpr int kWarps = 4;
 constexpr int64_t kRowBytes = 8192;
 constexpr int64_t kMatrixBytes = int64_t{256} << 20;
 constexpr int kCopies = 4;
-
-__device__ __forceinline__ uint4 load_streaming(const unsigned char* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
 
 template <int R, int B, bool ChunkMajor>
 __global__ void __launch_bounds__(kWarps * 32) stream_kernel(const unsigned char* w, int64_t rows, unsigned* sink) {
