@@ -124,15 +124,16 @@ TEST_P(OpSizes, LinearWith16BitWeightsEqualsFloat32Weights) {
 // set, so that batching and the CPU's vector width never change a result.
 TEST(DotTile, EqualsOneDotProductToTheBit) {
   for (int64_t n : {1, 7, 8, 9, 19, 133, 1000}) {
-    const auto x = random_vector(4 * n, 40), w = random_vector(4 * n, 41);
+    const auto x = random_vector(4 * n, 40), w = random_vector(8 * n, 41);
     const float* xs[4] = {x.data(), x.data() + n, x.data() + 2 * n, x.data() + 3 * n};
-    const float* ws[4] = {w.data(), w.data() + n, w.data() + 2 * n, w.data() + 3 * n};
+    const float* ws[8];
+    for (int c = 0; c < 8; ++c) ws[c] = w.data() + c * n;
     const auto expect_dots = [&](const float* out, int rows, int cols, const char* which) {
       for (int r = 0; r < rows; ++r)
         for (int c = 0; c < cols; ++c)
           EXPECT_EQ(out[r * cols + c], cpu::dot(xs[r], ws[c], n)) << which << " n=" << n << " r=" << r << " c=" << c;
     };
-    float out[8];
+    float out[32];
     cpu::dot_tile<2, 4>(xs, ws, n, out);
     expect_dots(out, 2, 4, "dot_tile<2, 4>");
     cpu::dot_tile<1, 4>(xs, ws, n, out);  // attention's scores: a query against four keys
@@ -145,6 +146,14 @@ TEST(DotTile, EqualsOneDotProductToTheBit) {
       expect_dots(out, 1, 4, "dot_tile_avx2<1, 4>");
     } else {
       GTEST_LOG_(INFO) << "no AVX2 here: its tiles are not tested";
+    }
+    if (__builtin_cpu_supports("avx512f")) {
+      cpu::dot_tile_avx512<4, 4>(xs, ws, n, out);  // the products' tile
+      expect_dots(out, 4, 8, "dot_tile_avx512<4, 4>");
+      cpu::dot_tile_avx512<1, 1>(xs, ws, n, out);
+      expect_dots(out, 1, 2, "dot_tile_avx512<1, 1>");
+    } else {
+      GTEST_LOG_(INFO) << "no AVX-512 here: its tiles are not tested";
     }
 #endif
   }

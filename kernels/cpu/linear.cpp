@@ -11,26 +11,43 @@ namespace lockstep::cpu {
 
 namespace {
 
-constexpr int kTileRows = 2;      // input rows of one tile
-constexpr int kTileFeatures = 4;  // output features (weight rows) of one tile
 constexpr int64_t kScratchPad = 16;  // floats between widened rows (below)
 
+// The products' tile: input rows x weight rows, each output one cpu::dot.
+// AVX-512's 32 registers hold 4 x 8 (dot_tile_avx512), AVX2's 16 and the
+// generic vectors 2 x 4.
+struct Tile2x4 {
+  static constexpr int kRows = 2, kFeatures = 4;
+  static void dot(const float* const* x, const float* const* w, int64_t n, float* out) {
+    dot_tile_fastest<kRows, kFeatures>(x, w, n, out);
+  }
+};
+#if defined(__x86_64__)
+struct Tile4x8 {
+  static constexpr int kRows = 4, kFeatures = 8;
+  static void dot(const float* const* x, const float* const* w, int64_t n, float* out) {
+    dot_tile_avx512<kRows, kFeatures / 2>(x, w, n, out);
+  }
+};
+#endif
+
 // y[r, o0 + f] = x_r · w_f + bias for every row r of p's x and the
-// `features` (1-4) weight rows w from output feature o0 (padded to 4 with
-// repeats), a tile at a time; a short last tile repeats a row and drops its
-// outputs.
+// `features` (1 to Tile::kFeatures) weight rows w from output feature o0
+// (padded with repeats), a tile at a time; a short last tile repeats a row
+// and drops its outputs.
+template <typename Tile>
 void tile_products(const LinearParams& p, const float* const* w, int64_t o0, int features) {
   const auto* x = static_cast<const float*>(p.x);
   const auto* bias = static_cast<const float*>(p.bias);
   auto* y = static_cast<float*>(p.y) + o0;
-  for (int64_t r = 0; r < p.rows; r += kTileRows) {
-    const float* xr[kTileRows];
-    for (int i = 0; i < kTileRows; ++i) xr[i] = x + std::min(r + i, p.rows - 1) * p.x_row_stride();
-    float out[kTileRows * kTileFeatures];
-    dot_tile_fastest<kTileRows, kTileFeatures>(xr, w, p.in_features, out);
-    for (int64_t i = 0; i < std::min<int64_t>(kTileRows, p.rows - r); ++i)
+  for (int64_t r = 0; r < p.rows; r += Tile::kRows) {
+    const float* xr[Tile::kRows];
+    for (int i = 0; i < Tile::kRows; ++i) xr[i] = x + std::min(r + i, p.rows - 1) * p.x_row_stride();
+    float out[Tile::kRows * Tile::kFeatures];
+    Tile::dot(xr, w, p.in_features, out);
+    for (int64_t i = 0; i < std::min<int64_t>(Tile::kRows, p.rows - r); ++i)
       for (int f = 0; f < features; ++f)
-        y[(r + i) * p.out_features + f] = out[i * kTileFeatures + f] + (bias != nullptr ? bias[o0 + f] : 0.0f);
+        y[(r + i) * p.out_features + f] = out[i * Tile::kFeatures + f] + (bias != nullptr ? bias[o0 + f] : 0.0f);
   }
 }
 
@@ -55,14 +72,16 @@ void one_row_products(const LinearParams& p) {
   }
 }
 
-// Every other product: blocks of kTileFeatures weight rows (widened into
+// Every other product: blocks of Tile::kFeatures weight rows (widened into
 // float32 scratch if 16-bit, exactly) against all input rows, a tile at a time.
+template <typename Tile>
 void tiled_products(const LinearParams& p) {
+  constexpr int kFeatures = Tile::kFeatures;
   const auto* w = static_cast<const uint8_t*>(p.weight);
   const int64_t n = p.in_features;
   const int64_t row_bytes = n * static_cast<int64_t>(dtype_size(p.weight_dtype));
   const bool widens = p.weight_dtype != DType::kF32;
-  const int64_t blocks = (p.out_features + kTileFeatures - 1) / kTileFeatures;
+  const int64_t blocks = (p.out_features + kFeatures - 1) / kFeatures;
   [[maybe_unused]] const bool parallel = p.out_features * n * p.rows >= (int64_t{1} << 16);
 #pragma omp parallel if (parallel)
   {
@@ -70,21 +89,28 @@ void tiled_products(const LinearParams& p) {
     // whose length is a multiple of 4 KB do not share cache sets (measured
     // ~8% faster at 2048 features).
     const int64_t pitch = n + kScratchPad;
-    float* widened = widens ? thread_scratch<float, kWidenedRow>(static_cast<size_t>(kTileFeatures * pitch)) : nullptr;
+    float* widened = widens ? thread_scratch<float, kWidenedRow>(static_cast<size_t>(kFeatures * pitch)) : nullptr;
 #pragma omp for schedule(static)
     for (int64_t block = 0; block < blocks; ++block) {
-      const int64_t o0 = block * kTileFeatures;
-      const int features = static_cast<int>(std::min<int64_t>(kTileFeatures, p.out_features - o0));
-      const float* wr[kTileFeatures];
-      for (int f = 0; f < kTileFeatures; ++f) {
+      const int64_t o0 = block * kFeatures;
+      const int features = static_cast<int>(std::min<int64_t>(kFeatures, p.out_features - o0));
+      const float* wr[kFeatures];
+      for (int f = 0; f < kFeatures; ++f) {
         const int source = std::min(f, features - 1);  // a short block repeats its last row
         const uint8_t* stored = w + (o0 + source) * row_bytes;
         if (widens && f == source) convert_to_f32(stored, p.weight_dtype, widened + f * pitch, static_cast<size_t>(n));
         wr[f] = widens ? widened + source * pitch : reinterpret_cast<const float*>(stored);
       }
-      tile_products(p, wr, o0, features);
+      tile_products<Tile>(p, wr, o0, features);
     }
   }
+}
+
+void tiled_products(const LinearParams& p) {
+#if defined(__x86_64__)
+  if (has_avx512()) return tiled_products<Tile4x8>(p);
+#endif
+  tiled_products<Tile2x4>(p);
 }
 
 }  // namespace
@@ -94,10 +120,11 @@ void tiled_products(const LinearParams& p) {
 // never depend on them. Features are split over the CPU threads
 // (kernels/cpu_threads.h) when the product is large enough to pay for them.
 // One row against float32 or bf16 weights streams them once; every other
-// product widens blocks of 4 weight rows to float32 (exactly) and runs
-// them against 2 input rows at a time, each loaded vector used 2 or 4 times
-// (benchmarks/cpu_linear_bench, 2 EPYC cores with AVX2, bf16 2048 x 2048:
-// 2.1-2.6x faster at 8 to 128 rows; benchmarks/RESULTS.md). The optional
+// product widens blocks of 4 weight rows (8 with AVX-512) to float32
+// (exactly) and runs them against 2 input rows (4) at a time, each loaded
+// vector used 2 or 4 times (4 or 8) (benchmarks/cpu_linear_bench, 2 EPYC
+// cores, bf16 2048 x 2048: AVX2 2.1-2.6x faster than one dot at a time at
+// 8 to 128 rows; benchmarks/RESULTS.md). The optional
 // stages run as their own ops, before and after.
 void linear(const LinearParams& p) {
   p.validate();
