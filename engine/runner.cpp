@@ -163,7 +163,8 @@ void Runner::embed() {
                                      .hidden = config_.hidden_size,
                                      .row_begin = plan_.vocab_begin,
                                      .rows_local = plan_.vocab_local,
-                                     .dtype = act_});
+                                     .dtype = act_,
+                                     .table_dtype = backend_.weight_dtype()});
 }
 
 RmsNormParams Runner::input_norm(int64_t k, const Buffer& weight) const {
@@ -294,7 +295,8 @@ void Runner::lm_head() {
                                          .hidden = config_.hidden_size,
                                          .row_begin = 0,
                                          .rows_local = tokens_,
-                                         .dtype = act_});
+                                         .dtype = act_,
+                                         .table_dtype = act_});
     };
     gather(norm.x, lm_partial_);
     gather(norm.residual, lm_residual_);
@@ -309,7 +311,7 @@ void Runner::lm_head() {
                                .in_features = config_.hidden_size,
                                .out_features = plan_.vocab_local,
                                .act_dtype = act_,
-                               .weight_dtype = weights_.lm_head_dtype(act_, backend_.weight_dtype()),
+                               .weight_dtype = backend_.weight_dtype(),
                                .input_norm = norm});
 }
 

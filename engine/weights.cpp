@@ -219,9 +219,9 @@ ModelWeights load_weights(const TensorStore& store, const ModelConfig& c, const 
   WeightReader reader(store, c, p, comm, backend, stats);
   const DType act = backend.act_dtype();
   ModelWeights w;
-  // The table in the activations' dtype (the embedding op copies its rows
-  // out); a separate LM head in the products' (a tied one is the table).
-  w.embed = reader.vocab_rows("model.embed_tokens.weight", act);
+  // The table in the products' weight dtype, as the LM head (a tied one is
+  // the table): on the CPU a 16-bit table, whose rows the embedding op widens.
+  w.embed = reader.vocab_rows("model.embed_tokens.weight", backend.weight_dtype());
   if (!c.tie_word_embeddings) w.lm_head = reader.vocab_rows("lm_head.weight", backend.weight_dtype());
   for (int64_t l = 0; l < c.num_layers; ++l) w.layers.push_back(load_layer(reader, c, p, l, act));
   w.final_norm = reader.replicated("model.norm.weight", c.hidden_size, act);

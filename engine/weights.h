@@ -28,13 +28,12 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  Buffer embed;       // [vocab_local, hidden]; padding rows are zero
+  Buffer embed;       // [vocab_local, hidden] in the products' weight dtype; padding rows are zero
   Buffer lm_head;     // [vocab_local, hidden]; empty when tied to embed
   Buffer final_norm;  // [hidden], replicated
   std::vector<LayerWeights> layers;
   const Buffer& lm_head_weight() const { return lm_head.empty() ? embed : lm_head; }
-  // The LM head's dtype: the products' weights', or the table's when tied.
-  DType lm_head_dtype(DType act, DType weights) const { return lm_head.empty() ? act : weights; }
+
 };
 
 struct LoadStats {

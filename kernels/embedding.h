@@ -17,7 +17,8 @@ struct EmbeddingParams {
   int64_t hidden = 0;
   int64_t row_begin = 0;
   int64_t rows_local = 0;
-  DType dtype = DType::kF32;  // of table and out
+  DType dtype = DType::kF32;        // of out
+  DType table_dtype = DType::kF32;  // of table: dtype, or on the CPU a 16-bit table widened (exactly)
   void validate() const {
     LS_OP_REQUIRE(ids && table && out, "embedding", "null pointer");
     LS_OP_REQUIRE(tokens >= 0 && hidden > 0 && rows_local > 0 && row_begin >= 0, "embedding",

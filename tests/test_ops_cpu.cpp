@@ -152,6 +152,15 @@ TEST(DotTile, EqualsOneDotProductToTheBit) {
       expect_dots(out, 4, 8, "dot_tile_avx512<4, 4>");
       cpu::dot_tile_avx512<1, 1>(xs, ws, n, out);
       expect_dots(out, 1, 2, "dot_tile_avx512<1, 1>");
+      // bf16 rows widened in registers: each output is dot_bf16's.
+      std::vector<uint16_t> w16(w.size());
+      convert_from_f32(w.data(), w16.data(), DType::kBF16, w.size());
+      const uint16_t* ws16[8];
+      for (int c = 0; c < 8; ++c) ws16[c] = w16.data() + c * n;
+      cpu::dot_tile_avx512<4, 4>(xs, ws16, n, out);
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 8; ++c)
+          EXPECT_EQ(out[r * 8 + c], cpu::dot_bf16(xs[r], ws16[c], n)) << "bf16 tile n=" << n << " r=" << r << " c=" << c;
     } else {
       GTEST_LOG_(INFO) << "no AVX-512 here: its tiles are not tested";
     }
@@ -164,7 +173,7 @@ TEST(DotTile, EqualsOneDotProductToTheBit) {
 // bias, for 16-bit weights too, with a row stride.
 TEST(LinearTiles, EveryOutputIsItsOwnDotProduct) {
   const int64_t in = 37, stride = 41;
-  for (int64_t rows : {1, 2, 3, 5}) {
+  for (int64_t rows : {1, 2, 3, 5, 9}) {  // with AVX-512: one row, bf16 read as it is (2-8 rows), widened first
     for (int64_t out_f : {1, 2, 3, 4, 5, 9}) {
       const auto x = random_vector(rows * stride, 42), w = random_vector(out_f * in, 43), b = random_vector(out_f, 44);
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -202,21 +211,32 @@ TEST_P(OpSizes, SiluMul) {
   expect_close(out, want, "silu_mul");
 }
 
+// The table in float32 or (the CPU backend keeps a 16-bit checkpoint's table
+// so) bf16 or f16, whose rows are widened exactly.
 TEST_P(OpSizes, EmbeddingVocabParallelZeroesForeignRows) {
   const int64_t tokens = GetParam(), hidden = 24, row_begin = 50, rows_local = 37;
-  auto table = random_vector(rows_local * hidden, 8);
+  const auto values = random_vector(rows_local * hidden, 8);
   std::vector<int32_t> ids(tokens);
   for (int64_t t = 0; t < tokens; ++t) ids[t] = static_cast<int32_t>((t * 13) % 120);
-  std::vector<float> out(tokens * hidden, NAN);
-  cpu::embedding(EmbeddingParams{.ids = ids.data(), .table = table.data(), .out = out.data(), .tokens = tokens,
-                                 .hidden = hidden, .row_begin = row_begin, .rows_local = rows_local});
-  std::vector<double> want(out.size(), 0.0);
-  for (int64_t t = 0; t < tokens; ++t) {
-    int64_t row = ids[t] - row_begin;
-    if (row >= 0 && row < rows_local)
-      for (int64_t h = 0; h < hidden; ++h) want[t * hidden + h] = table[row * hidden + h];
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<uint16_t> table16(values.size());
+    std::vector<float> table = values;  // the table's values in dt, as float32
+    if (dt != DType::kF32) {
+      convert_from_f32(values.data(), table16.data(), dt, values.size());
+      convert_to_f32(table16.data(), dt, table.data(), values.size());
+    }
+    std::vector<float> out(tokens * hidden, NAN);
+    cpu::embedding(EmbeddingParams{.ids = ids.data(),
+                                   .table = dt == DType::kF32 ? static_cast<const void*>(table.data()) : table16.data(),
+                                   .out = out.data(), .tokens = tokens, .hidden = hidden, .row_begin = row_begin,
+                                   .rows_local = rows_local, .table_dtype = dt});
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t row = ids[t] - row_begin;
+      for (int64_t h = 0; h < hidden; ++h)
+        ASSERT_EQ(out[t * hidden + h], row >= 0 && row < rows_local ? table[row * hidden + h] : 0.0f)
+            << dtype_name(dt) << " t=" << t << " h=" << h;
+    }
   }
-  expect_close(out, want, "embedding");
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, OpSizes, ::testing::Values(1, 7, 19, 111));

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/op_common.h"
@@ -108,12 +109,21 @@ __attribute__((target("avx2"))) void dot_tile_avx2(const float* const* x, const 
 // dot_tile_avx2 (x's eight values broadcast to both halves), so the same
 // sums, multiplies and adds and the same bits. 32 registers hold a 4 x 8
 // tile's 16 accumulators with its operands (cpu_linear_bench, one EPYC core:
-// ~2x the AVX2 2 x 4 tile's rate).
-template <int R, int P>
-__attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, const float* const* w, int64_t n,
+// ~2x the AVX2 2 x 4 tile's rate). W: float, or uint16_t for bf16 rows
+// widened in registers (exactly, as dot_bf16 widens them).
+template <int R, int P, typename W>
+__attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, const W* const* w, int64_t n,
                                                          float* out) {
+  static_assert(std::is_same_v<W, float> || std::is_same_v<W, uint16_t>);
   using f32x8 = float __attribute__((vector_size(32)));
   using f32x16 = float __attribute__((vector_size(64)));
+  using u16x8 = uint16_t __attribute__((vector_size(16)));
+  using u16x16 = uint16_t __attribute__((vector_size(32)));
+  using u32x16 = uint32_t __attribute__((vector_size(64)));
+  const auto widen = [](W v) {
+    if constexpr (std::is_same_v<W, float>) return v;
+    else return bf16_to_float(v);
+  };
   f32x16 acc[R][P] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -123,18 +133,28 @@ __attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, c
       std::memcpy(&h, x[r] + i, sizeof h);
       xv[r] = __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
     }
-    for (int p = 0; p < P; ++p) {
-      f32x8 lo, hi;
-      std::memcpy(&lo, w[2 * p] + i, sizeof lo);
-      std::memcpy(&hi, w[2 * p + 1] + i, sizeof hi);
-      const f32x16 wv = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int p = 0; p < P; ++p) {  // elements i .. i + 7 of rows 2p and 2p + 1, as the two halves
+      f32x16 wv;
+      if constexpr (std::is_same_v<W, float>) {
+        f32x8 lo, hi;
+        std::memcpy(&lo, w[2 * p] + i, sizeof lo);
+        std::memcpy(&hi, w[2 * p + 1] + i, sizeof hi);
+        wv = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+      } else {
+        u16x8 lo, hi;
+        std::memcpy(&lo, w[2 * p] + i, sizeof lo);
+        std::memcpy(&hi, w[2 * p + 1] + i, sizeof hi);
+        const u16x16 both = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const u32x16 bits = __builtin_convertvector(both, u32x16) << 16;
+        std::memcpy(&wv, &bits, sizeof wv);
+      }
       for (int r = 0; r < R; ++r) acc[r][p] += xv[r] * wv;
     }
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < 2 * P; ++c) {
       float tail = 0.0f;
-      for (int64_t j = i; j < n; ++j) tail += x[r][j] * w[c][j];
+      for (int64_t j = i; j < n; ++j) tail += x[r][j] * widen(w[c][j]);
       const f32x16 a = acc[r][c / 2];
       const int h = (c % 2) * 8;
       out[r * 2 * P + c] = ((a[h] + a[h + 4]) + (a[h + 1] + a[h + 5])) + ((a[h + 2] + a[h + 6]) + (a[h + 3] + a[h + 7])) + tail;

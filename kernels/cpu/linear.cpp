@@ -1,6 +1,7 @@
 #include "kernels/linear.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/rms_norm.h"
@@ -15,20 +16,31 @@ constexpr int64_t kScratchPad = 16;  // floats between widened rows (below)
 
 // The products' tile: input rows x weight rows, each output one cpu::dot.
 // AVX-512's 32 registers hold 4 x 8 (dot_tile_avx512), AVX2's 16 and the
-// generic vectors 2 x 4.
+// generic vectors 2 x 4. Weight: the element type the tile reads (16-bit
+// rows are widened to float32 scratch first unless it reads them as they are).
 struct Tile2x4 {
   static constexpr int kRows = 2, kFeatures = 4;
+  using Weight = float;
   static void dot(const float* const* x, const float* const* w, int64_t n, float* out) {
     dot_tile_fastest<kRows, kFeatures>(x, w, n, out);
   }
 };
 #if defined(__x86_64__)
-struct Tile4x8 {
-  static constexpr int kRows = 4, kFeatures = 8;
-  static void dot(const float* const* x, const float* const* w, int64_t n, float* out) {
+template <int Rows, int Features, typename W>
+struct Avx512Tile {
+  static constexpr int kRows = Rows, kFeatures = Features;
+  using Weight = W;
+  static void dot(const float* const* x, const W* const* w, int64_t n, float* out) {
     dot_tile_avx512<kRows, kFeatures / 2>(x, w, n, out);
   }
 };
+// Up to 8 rows, bf16 weights widened in registers beat a widening pass
+// through scratch: each weight is read by one or two tiles, too few to pay
+// for the pass (cpu_linear_bench 896 x 38912, one EPYC core: 2 rows 5.7 ms
+// against 8.1, 8 rows in one 8 x 4 tile 7.6 against 12.7; 16 rows 18.0
+// against 16.3).
+using Bf16Tile4x8 = Avx512Tile<4, 8, uint16_t>;
+using Bf16Tile8x4 = Avx512Tile<8, 4, uint16_t>;
 #endif
 
 // y[r, o0 + f] = x_r · w_f + bias for every row r of p's x and the
@@ -36,7 +48,7 @@ struct Tile4x8 {
 // (padded with repeats), a tile at a time; a short last tile repeats a row
 // and drops its outputs.
 template <typename Tile>
-void tile_products(const LinearParams& p, const float* const* w, int64_t o0, int features) {
+void tile_products(const LinearParams& p, const typename Tile::Weight* const* w, int64_t o0, int features) {
   const auto* x = static_cast<const float*>(p.x);
   const auto* bias = static_cast<const float*>(p.bias);
   auto* y = static_cast<float*>(p.y) + o0;
@@ -73,14 +85,16 @@ void one_row_products(const LinearParams& p) {
 }
 
 // Every other product: blocks of Tile::kFeatures weight rows (widened into
-// float32 scratch if 16-bit, exactly) against all input rows, a tile at a time.
+// float32 scratch if 16-bit and the tile reads float32, exactly) against all
+// input rows, a tile at a time.
 template <typename Tile>
 void tiled_products(const LinearParams& p) {
   constexpr int kFeatures = Tile::kFeatures;
+  using Weight = typename Tile::Weight;
   const auto* w = static_cast<const uint8_t*>(p.weight);
   const int64_t n = p.in_features;
   const int64_t row_bytes = n * static_cast<int64_t>(dtype_size(p.weight_dtype));
-  const bool widens = p.weight_dtype != DType::kF32;
+  const bool widens = p.weight_dtype != DType::kF32 && std::is_same_v<Weight, float>;
   const int64_t blocks = (p.out_features + kFeatures - 1) / kFeatures;
   [[maybe_unused]] const bool parallel = p.out_features * n * p.rows >= (int64_t{1} << 16);
 #pragma omp parallel if (parallel)
@@ -94,12 +108,16 @@ void tiled_products(const LinearParams& p) {
     for (int64_t block = 0; block < blocks; ++block) {
       const int64_t o0 = block * kFeatures;
       const int features = static_cast<int>(std::min<int64_t>(kFeatures, p.out_features - o0));
-      const float* wr[kFeatures];
+      const Weight* wr[kFeatures];
       for (int f = 0; f < kFeatures; ++f) {
         const int source = std::min(f, features - 1);  // a short block repeats its last row
         const uint8_t* stored = w + (o0 + source) * row_bytes;
-        if (widens && f == source) convert_to_f32(stored, p.weight_dtype, widened + f * pitch, static_cast<size_t>(n));
-        wr[f] = widens ? widened + source * pitch : reinterpret_cast<const float*>(stored);
+        if constexpr (std::is_same_v<Weight, float>) {
+          if (widens && f == source) convert_to_f32(stored, p.weight_dtype, widened + f * pitch, static_cast<size_t>(n));
+          wr[f] = widens ? widened + source * pitch : reinterpret_cast<const float*>(stored);
+        } else {
+          wr[f] = reinterpret_cast<const Weight*>(stored);
+        }
       }
       tile_products<Tile>(p, wr, o0, features);
     }
@@ -108,7 +126,11 @@ void tiled_products(const LinearParams& p) {
 
 void tiled_products(const LinearParams& p) {
 #if defined(__x86_64__)
-  if (has_avx512()) return tiled_products<Tile4x8>(p);
+  if (has_avx512()) {
+    if (p.weight_dtype == DType::kBF16 && p.rows <= 4) return tiled_products<Bf16Tile4x8>(p);
+    if (p.weight_dtype == DType::kBF16 && p.rows <= 8) return tiled_products<Bf16Tile8x4>(p);
+    return tiled_products<Avx512Tile<4, 8, float>>(p);
+  }
 #endif
   tiled_products<Tile2x4>(p);
 }
@@ -124,7 +146,8 @@ void tiled_products(const LinearParams& p) {
 // (exactly) and runs them against 2 input rows (4) at a time, each loaded
 // vector used 2 or 4 times (4 or 8) (benchmarks/cpu_linear_bench, 2 EPYC
 // cores, bf16 2048 x 2048: AVX2 2.1-2.6x faster than one dot at a time at
-// 8 to 128 rows; benchmarks/RESULTS.md). The optional
+// 8 to 128 rows, AVX-512 another ~2x; benchmarks/RESULTS.md); with AVX-512,
+// up to 8 rows read bf16 weights as they are. The optional
 // stages run as their own ops, before and after.
 void linear(const LinearParams& p) {
   p.validate();

@@ -38,6 +38,8 @@ void launch_embedding(const EmbeddingParams& p, int64_t row_bytes, cudaStream_t 
 
 void embedding(const EmbeddingParams& p, cudaStream_t stream) {
   p.validate();
+  LS_OP_REQUIRE(p.table_dtype == p.dtype, "embedding", "the table's dtype ({}) must be the output's ({}) on CUDA",
+                dtype_name(p.table_dtype), dtype_name(p.dtype));
   if (p.tokens == 0) return;
   const int64_t row_bytes = p.hidden * static_cast<int64_t>(dtype_size(p.dtype));
   if (row_bytes % 16 == 0)

@@ -28,12 +28,12 @@ TEST_F(CudaOpTest, EmbeddingMatchesCpu) {
         for (auto& id : ids) id = pick(rng);
         DeviceArray d_table(table, dt), d_ids(ids), d_out(tokens * hidden, dt);
         EmbeddingParams p{.ids = d_ids.ints(), .table = d_table.get(), .out = d_out.get(), .tokens = tokens,
-                          .hidden = hidden, .row_begin = row_begin, .rows_local = rows_local, .dtype = dt};
+                          .hidden = hidden, .row_begin = row_begin, .rows_local = rows_local, .dtype = dt, .table_dtype = dt};
         cuda::embedding(p, stream_);
         sync();
         std::vector<float> want(static_cast<size_t>(tokens * hidden));
         EmbeddingParams c = p;
-        c.ids = ids.data(), c.table = table.data(), c.out = want.data(), c.dtype = DType::kF32;
+        c.ids = ids.data(), c.table = table.data(), c.out = want.data(), c.dtype = c.table_dtype = DType::kF32;
         cpu::embedding(c);
         expect_close(d_out.download(), want, DType::kF32, "embedding " + label(tokens, hidden));  // exact copy
       }
