@@ -33,7 +33,6 @@ struct ModelWeights {
   Buffer final_norm;  // [hidden], replicated
   std::vector<LayerWeights> layers;
   const Buffer& lm_head_weight() const { return lm_head.empty() ? embed : lm_head; }
-
 };
 
 struct LoadStats {
