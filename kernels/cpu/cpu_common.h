@@ -18,7 +18,7 @@ T* thread_scratch(size_t n) {
   if (buffer.size() < n) buffer.resize(n);
   return buffer.data();
 }
-enum ScratchUse { kScores, kValues, kWidenedRow };
+enum ScratchUse { kScores, kExponentials, kValues, kWidenedRow };
 
 inline void require_f32(DType t, const char* op) {
   LS_OP_REQUIRE(t == DType::kF32, op, "the CPU backend computes in float32, got {}", dtype_name(t));
@@ -172,12 +172,12 @@ inline bool has_avx512() {
 #endif
 }
 
-// Compiles a function twice, for AVX2 and the baseline, picked at load time
-// (x86-64; elsewhere the one baseline build).
+// Compiles a function for AVX-512, AVX2 and the baseline, picked at load
+// time (x86-64; elsewhere the one baseline build).
 #if defined(__x86_64__)
-#define LOCKSTEP_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#define LOCKSTEP_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
-#define LOCKSTEP_AVX2_CLONES
+#define LOCKSTEP_SIMD_CLONES
 #endif
 
 // Whether this CPU runs AVX2 (x86-64; false elsewhere), asked once.
