@@ -40,6 +40,8 @@ class NullBackend final : public Backend {
   void to_host(void* dst, const void* src, int64_t bytes) override { cpu_->to_host(dst, src, bytes); }
   void copy_within(void* dst, const void* src, int64_t bytes) override { cpu_->copy_within(dst, src, bytes); }
   Buffer alloc_host_visible(int64_t bytes) override { return alloc(bytes); }
+  double copy_bandwidth_gbs(int64_t bytes) override { return cpu_->copy_bandwidth_gbs(bytes); }
+  int64_t memory_used_bytes() const override { return cpu_->memory_used_bytes(); }
   void synchronize() override {}
   void embedding(const EmbeddingParams&) override {}
   void linear(const LinearParams&) override {}

@@ -101,6 +101,14 @@ class Backend {
   // head_dim (checked before the weights load).
   virtual void require_attention_head_dim(int64_t /*head_dim*/) const {}
 
+  // For `bench`: the bandwidth of a copy within this backend's memory,
+  // bytes read plus written per second in GB/s (the median of ten copies
+  // between two buffers of `bytes`, after two warm-up copies; on the CPU
+  // with the ops' threads), and the memory in use where it runs: the GPU's
+  // (all processes on it) on CUDA, this process's resident set on the CPU.
+  virtual double copy_bandwidth_gbs(int64_t bytes) = 0;
+  virtual int64_t memory_used_bytes() const = 0;
+
   // Named ranges for profilers (NVTX on CUDA); no-ops elsewhere.
   virtual void range_push(const char* /*name*/) {}
   virtual void range_pop() {}

@@ -5,9 +5,11 @@
 // not (see to_backend).
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "common/error.h"
 #include "engine/backend.h"
@@ -108,6 +110,31 @@ class CudaBackend final : public Backend {
     return Buffer(p, bytes, [](void* q) { cudaFreeHost(q); });
   }
   void synchronize() override { LS_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+  double copy_bandwidth_gbs(int64_t bytes) override {
+    Buffer a = alloc(bytes), b = alloc(bytes);
+    LS_CHECK_CUDA(cudaMemsetAsync(a.data(), 1, static_cast<size_t>(bytes), stream_));
+    cudaEvent_t start = nullptr, stop = nullptr;
+    LS_CHECK_CUDA(cudaEventCreate(&start));
+    LS_CHECK_CUDA(cudaEventCreate(&stop));
+    std::vector<float> ms(10);
+    for (int i = -2; i < static_cast<int>(ms.size()); ++i) {
+      LS_CHECK_CUDA(cudaEventRecord(start, stream_));
+      copy_within(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), bytes);
+      LS_CHECK_CUDA(cudaEventRecord(stop, stream_));
+      LS_CHECK_CUDA(cudaEventSynchronize(stop));
+      if (i >= 0) LS_CHECK_CUDA(cudaEventElapsedTime(&ms[static_cast<size_t>(i)], start, stop));
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::sort(ms.begin(), ms.end());
+    return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+  }
+  int64_t memory_used_bytes() const override {
+    size_t free_bytes = 0, total = 0;
+    LS_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+    return static_cast<int64_t>(total - free_bytes);
+  }
   void record_event(int k) override { LS_CHECK_CUDA(cudaEventRecord(events_.at(static_cast<size_t>(k)), stream_)); }
   void wait_event(int k) override { LS_CHECK_CUDA(cudaEventSynchronize(events_.at(static_cast<size_t>(k)))); }
 

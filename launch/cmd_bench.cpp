@@ -4,9 +4,10 @@
 // random tokens, then --steps greedy steps; the time per step is taken
 // between the third and the last step (the first steps of a batch size run
 // eagerly and capture its graph). Achieved bandwidth counts the bytes one
-// GPU must read in a step (its share of every weight once and of each
-// sequence's KV cache at the mean context) against a device-to-device copy
-// on that GPU measured in the same run. With
+// rank must read in a step (its share of every weight once, in the dtype the
+// backend keeps them in, and of each sequence's KV cache at the mean
+// context) against a copy within the same memory measured in the same run
+// (device to device on a GPU; host memory on the ops' threads on the CPU). With
 // graphs, the last step's graph is also replayed back to back (the GPU's
 // time per step alone) and with a wait after each replay.
 // Prefill: one --prefill-token prompt (after one warm-up), in one step
@@ -25,11 +26,9 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "kernels/cpu_threads.h"
 #include "launch/commands.h"
 #include "launch/world.h"
-#if LOCKSTEP_WITH_CUDA
-#include "kernels/cuda/check.h"
-#endif
 
 namespace lockstep::cli {
 
@@ -48,50 +47,6 @@ struct BenchConfig {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Device-to-device copy bandwidth in GB/s (bytes read + written), or 0 off the GPU.
-double copy_bandwidth_gbs(const std::string& backend) {
-#if LOCKSTEP_WITH_CUDA
-  if (backend != "cuda") return 0.0;
-  const size_t bytes = size_t{2} << 30;
-  void *a = nullptr, *b = nullptr;
-  cudaEvent_t start, stop;
-  LS_CHECK_CUDA(cudaMalloc(&a, bytes));
-  LS_CHECK_CUDA(cudaMalloc(&b, bytes));
-  LS_CHECK_CUDA(cudaMemset(a, 1, bytes));
-  LS_CHECK_CUDA(cudaEventCreate(&start));
-  LS_CHECK_CUDA(cudaEventCreate(&stop));
-  std::vector<float> ms(10);
-  for (int i = -2; i < static_cast<int>(ms.size()); ++i) {
-    LS_CHECK_CUDA(cudaEventRecord(start));
-    LS_CHECK_CUDA(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice));
-    LS_CHECK_CUDA(cudaEventRecord(stop));
-    LS_CHECK_CUDA(cudaEventSynchronize(stop));
-    if (i >= 0) LS_CHECK_CUDA(cudaEventElapsedTime(&ms[static_cast<size_t>(i)], start, stop));
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
-#else
-  (void)backend;
-  return 0.0;
-#endif
-}
-
-double gpu_memory_used_gib(const std::string& backend) {
-#if LOCKSTEP_WITH_CUDA
-  if (backend != "cuda") return 0.0;
-  size_t free_bytes = 0, total = 0;
-  LS_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
-  return static_cast<double>(total - free_bytes) / (1u << 30);
-#else
-  (void)backend;
-  return 0.0;
-#endif
-}
-
 // Weights every step reads (matmuls and the LM head), in bytes, all ranks together.
 double weight_bytes(const ModelConfig& c, size_t elem) {
   const double layer = static_cast<double>(c.hidden_size) * (c.qkv_dim() + c.q_dim() + 3.0 * c.intermediate_size);
@@ -99,15 +54,17 @@ double weight_bytes(const ModelConfig& c, size_t elem) {
          static_cast<double>(elem);
 }
 
-// Bytes one rank reads in a decode step: its shares of the weights and of
-// the KV cache (`positions` cached positions over the batch).
-double rank_step_bytes(const ModelConfig& c, const ShardPlan& p, size_t elem, double positions) {
+// Bytes one rank reads in a decode step: its shares of the weights (of
+// `weight_elem` bytes each) and of the KV cache (`positions` cached
+// positions over the batch, of `cache_elem` bytes).
+double rank_step_bytes(const ModelConfig& c, const ShardPlan& p, size_t weight_elem, size_t cache_elem,
+                       double positions) {
   const double hd = static_cast<double>(c.head_dim);
   const double q = static_cast<double>(p.q_heads_local) * hd, kv = static_cast<double>(p.kv_heads_local) * hd;
   const double layer = static_cast<double>(c.hidden_size) * (q + 2.0 * kv + q + 3.0 * static_cast<double>(p.inter_local));
   const double weights = static_cast<double>(c.num_layers) * layer + static_cast<double>(p.vocab_local) * c.hidden_size;
   const double cache = positions * 2.0 * static_cast<double>(c.num_layers) * kv;
-  return (weights + cache) * static_cast<double>(elem);
+  return weights * static_cast<double>(weight_elem) + cache * static_cast<double>(cache_elem);
 }
 
 std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, std::mt19937& rng) {
@@ -200,9 +157,10 @@ nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b,
              "bench needs --steps > 4 and every sequence to run them");
   const double secs = std::chrono::duration<double>(step_done.back() - step_done[2]).count();
   const double step_ms = secs * 1e3 / static_cast<double>(b.steps - 3);
-  const size_t elem = dtype_size(engine.backend().act_dtype());
+  const Backend& be = engine.backend();  // the weights may be narrower than the cache (16-bit on the CPU)
   const double positions = static_cast<double>(batch) * (static_cast<double>(b.ctx) + b.steps / 2.0);
-  const double gbs = rank_step_bytes(c, engine.plan(), elem, positions) / (step_ms * 1e-3) / 1e9;  // one GPU's
+  const double bytes = rank_step_bytes(c, engine.plan(), dtype_size(be.weight_dtype()), dtype_size(be.act_dtype()), positions);
+  const double gbs = bytes / (step_ms * 1e-3) / 1e9;  // one rank's
   const GraphTimes graph = graph_ms_per_step(engine);
   return {{"batch", batch},
           {"tok_per_s", static_cast<double>(batch) * 1e3 / step_ms},
@@ -259,7 +217,10 @@ int run_bench(BenchConfig& b) {
   if (b.engine.max_step_tokens == 0) b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
   b.engine.collective_timeout_s = world().collective_timeout_s;
   Engine engine(b.engine, *world().comm);
-  const double copy_gbs = copy_bandwidth_gbs(b.engine.backend);  // on the engine's device, which it made current
+  // 2 GiB buffers on a GPU (as every figure in benchmarks/RESULTS.md), 512
+  // MiB on the CPU: beyond its caches, within a laptop's memory.
+  const bool gpu = engine.backend().device() >= 0;
+  const double copy_gbs = engine.backend().copy_bandwidth_gbs(gpu ? int64_t{2} << 30 : int64_t{512} << 20);
   std::mt19937 rng(1234);
   nlohmann::json report{{"model", b.engine.model_name()}, {"backend", b.engine.backend},
                         {"dtype", dtype_name(engine.backend().act_dtype())}, {"graphs", !b.engine.eager}, {"pdl", !b.engine.no_pdl}, {"sync_steps", b.engine.sync_steps},
@@ -269,23 +230,31 @@ int run_bench(BenchConfig& b) {
                         {"load_seconds", engine.load_seconds()}};
   report["prefill"] = bench_prefill(engine, b, rng);
   for (int64_t batch : batches) report["decode"].push_back(bench_decode(engine, batch, b, copy_gbs, rng));
-  report["gpu_memory_used_gib"] = gpu_memory_used_gib(b.engine.backend);
+  const double used_gib = static_cast<double>(engine.backend().memory_used_bytes()) / (int64_t{1} << 30);
+  report[gpu ? "gpu_memory_used_gib" : "host_memory_used_gib"] = used_gib;
   if (world().rank != 0) return 0;
-  std::cout << fmt::format("copy bandwidth {:.0f} GB/s; load {:.1f} s; GPU memory used {:.1f} GiB\n", copy_gbs,
-                           engine.load_seconds(), report["gpu_memory_used_gib"].get<double>());
+  std::cout << fmt::format("copy bandwidth {:.0f} GB/s ({}); load {:.1f} s; {} {:.1f} GiB\n", copy_gbs,
+                           gpu ? "device to device" : fmt::format("host, {} threads", cpu::threads()),
+                           engine.load_seconds(), gpu ? "GPU memory used" : "host memory used (resident set)",
+                           used_gib);
   const auto& pf = report["prefill"];
   std::cout << fmt::format("prefill {} tokens (steps of up to {}): {:.0f} tok/s, {:.1f} TFLOP/s\n", b.prefill,
                            pf["step_tokens"].get<int64_t>(), pf["tok_per_s"].get<double>(),
                            pf["tflop_per_s"].get<double>());
   std::cout << fmt::format("{} rank(s) via {}; decode sampling: temperature {} top-k {} top-p {}\n", world().size,
                            engine.group().comm().name(), b.sampling.temperature, b.sampling.top_k, b.sampling.top_p);
-  std::cout << "batch  tok/s      ms/step  graph ms/step (synced, queued)  GB/s/GPU %copy  collectives ms/step (alone)\n";
-  for (const auto& d : report["decode"])
-    std::cout << fmt::format("{:<6} {:<10.1f} {:<8.3f} {:<6.3f} ({:.3f}, {:.3f})         {:<7.0f} {:<6.1f} {:.3f}\n",
-                             d["batch"].get<int64_t>(), d["tok_per_s"].get<double>(), d["ms_per_step"].get<double>(),
-                             d["graph_ms_per_step"].get<double>(), d["graph_synced_ms_per_step"].get<double>(),
-                             d["graph_queued_ms_per_step"].get<double>(), d["gb_per_s"].get<double>(),
-                             d["pct_of_copy"].get<double>(), d["collective_ms_per_step"].get<double>());
+  std::cout << "batch  tok/s      ms/step  graph ms/step (synced, queued)  GB/s/rank %copy  collectives ms/step (alone)\n";
+  for (const auto& d : report["decode"]) {
+    const double graph_ms = d["graph_ms_per_step"].get<double>();  // 0: no graphs (eager, or the CPU)
+    const std::string graph =
+        graph_ms > 0 ? fmt::format("{:<6.3f} ({:.3f}, {:.3f})", graph_ms, d["graph_synced_ms_per_step"].get<double>(),
+                                   d["graph_queued_ms_per_step"].get<double>())
+                     : std::string("-");
+    std::cout << fmt::format("{:<6} {:<10.1f} {:<8.3f} {:<31} {:<9.0f} {:<6.1f} {:.3f}\n", d["batch"].get<int64_t>(),
+                             d["tok_per_s"].get<double>(), d["ms_per_step"].get<double>(), graph,
+                             d["gb_per_s"].get<double>(), d["pct_of_copy"].get<double>(),
+                             d["collective_ms_per_step"].get<double>());
+  }
   if (!b.json.empty()) {
     std::ofstream out(b.json);
     out << report.dump(2) << "\n";

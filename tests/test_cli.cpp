@@ -11,6 +11,7 @@
 #include "cli_fixture.h"
 #include "cli_support.h"
 #include "engine/io/npy.h"
+#include "engine/model_writer.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -522,6 +523,23 @@ TEST_F(Cli, BenchRunsAPresetWithoutACheckpoint) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(read_file(dir_ / "b.json").find("\"preset tiny (qwen3)\""), std::string::npos);
   EXPECT_NE(r.err.find("model: qwen3"), std::string::npos) << r.err;
+  // On the CPU the copy bandwidth is the host's and the memory its resident
+  // set; a step reads the bf16 weights once (2 bytes each) and the float32
+  // KV cache at the mean context (ctx 8 + steps 6 / 2 positions).
+  const nlohmann::json report = nlohmann::json::parse(read_file(dir_ / "b.json"));
+  EXPECT_GT(report["copy_gb_per_s"].get<double>(), 0.0);
+  EXPECT_GT(report["host_memory_used_gib"].get<double>(), 0.0);
+  EXPECT_FALSE(report.contains("gpu_memory_used_gib"));
+  EXPECT_NE(r.out.find("host memory used (resident set)"), std::string::npos) << r.out;
+  const ModelConfig c = model_preset("tiny", Arch::kQwen3);
+  const double kv = static_cast<double>(c.num_kv_heads * c.head_dim), q = static_cast<double>(c.q_dim());
+  const double weights = static_cast<double>(c.num_layers) * c.hidden_size * (2.0 * q + 2.0 * kv + 3.0 * c.intermediate_size) +
+                         static_cast<double>(c.vocab_size) * c.hidden_size;
+  const double cache = (8 + 6 / 2.0) * 2.0 * static_cast<double>(c.num_layers) * kv;
+  const nlohmann::json& d = report["decode"].at(0);
+  EXPECT_NEAR(d["gb_per_s"].get<double>() * d["ms_per_step"].get<double>() * 1e6, 2.0 * weights + 4.0 * cache,
+              1e-9 * (2.0 * weights + 4.0 * cache))
+      << d.dump();
   expect_clean_failure(run(lockstep(bench + " --preset huge"), dir_ / "unknown"), {"unknown preset 'huge'"});
   CommandResult both = run(lockstep(bench + " --preset tiny --model " + make_model("m").string()), dir_ / "both");
   EXPECT_NE(both.exit_code, 0) << both.err;

@@ -3,9 +3,11 @@
 // at a time (bit for bit on the CPU backend, whose ops are row-independent).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 
 #include "cli_support.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "test_support.h"
@@ -367,6 +369,26 @@ TEST(MaxSeqLen, DefaultBudgetCapsTheCache) {
                {"--max-seq-len 101", "over the budget"});
   o.kv_cache_bytes = 200 * per_position;  // an explicit budget wins over the default
   EXPECT_EQ(resolve_max_seq_len(c, plan, o, 2, 100 * per_position), 101);
+}
+
+// The CPU backend splits large copies over its threads: the bytes are those
+// of one memcpy, an overlapping copy (memmove) too; buffers of 2 MiB or more
+// start on a huge page's boundary; the bench's measurements return something.
+TEST(CpuBackend, LargeCopiesAreExactAndMeasured) {
+  auto be = make_cpu_backend();
+  const int64_t bytes = (int64_t{3} << 20) + 5;  // several chunks and a ragged end
+  Buffer a = be->alloc(bytes + 4096), b = be->alloc(bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(be->alloc(100).data()) % 64, 0u);
+  for (int64_t i = 0; i < bytes + 4096; ++i) a.as<uint8_t>()[i] = static_cast<uint8_t>(i * 131 + i / 977);
+  be->copy_within(b.data(), a.data(), bytes);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), static_cast<size_t>(bytes)), 0);
+  std::vector<uint8_t> expected(a.as<uint8_t>(), a.as<uint8_t>() + bytes + 4096);
+  std::memmove(expected.data() + 4096, expected.data(), static_cast<size_t>(bytes));
+  be->copy_within(a.as<uint8_t>() + 4096, a.data(), bytes);  // overlapping
+  EXPECT_EQ(std::memcmp(a.data(), expected.data(), expected.size()), 0);
+  EXPECT_GT(be->copy_bandwidth_gbs(int64_t{4} << 20), 0.0);
+  EXPECT_GT(be->memory_used_bytes(), bytes);
 }
 
 }  // namespace

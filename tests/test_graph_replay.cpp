@@ -37,6 +37,8 @@ class RecordingBackend final : public Backend {
     cpu_->copy_within(dst, src, bytes);
   }
   Buffer alloc_host_visible(int64_t bytes) override { return cpu_->alloc_host_visible(bytes); }
+  double copy_bandwidth_gbs(int64_t bytes) override { return cpu_->copy_bandwidth_gbs(bytes); }
+  int64_t memory_used_bytes() const override { return cpu_->memory_used_bytes(); }
   void synchronize() override {}
   // Counts the steps marked and not yet waited for (queued steps).
   void record_event(int) override { max_queued = std::max(max_queued, ++queued_); }
