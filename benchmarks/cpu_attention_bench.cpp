@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     for (float& x : v) x = uniform(rng);
     return v;
   };
-  // The cache as the engine holds it (the CPU backend's buffers: huge pages).
+  // The cache as the engine holds it (the CPU backend's buffers).
   const auto backend = make_cpu_backend();
   Buffer k = backend->alloc(cache.slot_stride() * 4), v = backend->alloc(cache.slot_stride() * 4);
   for (const Buffer* b : {&k, &v}) {

@@ -49,6 +49,10 @@ class Backend {
   virtual DType weight_dtype() const = 0;  // weights as stored on the backend
 
   virtual Buffer alloc(int64_t bytes) = 0;
+  // Memory for weights: written once as they load, then read whole every
+  // step (the CPU backend puts it on huge pages; the KV cache, filled a
+  // position at a time, stays on alloc's small pages).
+  virtual Buffer alloc_weights(int64_t bytes) { return alloc(bytes); }
   // Whether alloc() returns host memory the host may write directly (the
   // CPU), so that loading fills it in place rather than through to_backend.
   virtual bool host_memory() const { return false; }

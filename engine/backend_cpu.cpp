@@ -60,20 +60,20 @@ class CpuBackend final : public Backend {
   DType weight_dtype() const override { return weights_; }
   bool host_memory() const override { return true; }
 
-  // Buffers of a huge page or more start on a huge page's boundary, and their
+  Buffer alloc(int64_t bytes) override { return aligned(bytes, 64); }
+  // Weights of a huge page or more start on a huge page's boundary, and their
   // whole huge pages ask to be transparent huge pages (which Debian's default,
-  // "madvise", gives only on request; a ragged end keeps 4 KB pages, so no
-  // memory is wasted): the weights and the KV cache, whose rows attention
-  // reads a kv head's width apart, then cost far fewer TLB misses.
-  Buffer alloc(int64_t bytes) override {
-    const size_t size = (static_cast<size_t>(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
-    void* p = nullptr;
-    LS_REQUIRE(posix_memalign(&p, size >= kHugePage ? kHugePage : 64, size) == 0, ErrorKind::kInvalidArgument,
-               "out of host memory allocating {} bytes", bytes);
+  // "madvise", gives only on request; a ragged end keeps 4 KB pages): a step
+  // streams them with far fewer TLB misses. Not the KV cache: it fills a
+  // position at a time, and 2 MiB pages would take each sequence's memory
+  // 2 MiB at a time per layer.
+  Buffer alloc_weights(int64_t bytes) override {
+    Buffer b = aligned(bytes, bytes >= static_cast<int64_t>(kHugePage) ? kHugePage : 64);
 #ifdef MADV_HUGEPAGE
-    if (size >= kHugePage) madvise(p, size / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice: may be refused
+    if (bytes >= static_cast<int64_t>(kHugePage))
+      madvise(b.data(), static_cast<size_t>(bytes) / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice: may be refused
 #endif
-    return Buffer(p, bytes, [](void* q) { std::free(q); });
+    return b;
   }
   void to_backend(void* dst, const void* src, int64_t bytes) override {
     std::memcpy(dst, src, static_cast<size_t>(bytes));
@@ -128,6 +128,13 @@ class CpuBackend final : public Backend {
   void next_tokens(const NextTokensParams& p) override { cpu::next_tokens(p); }
 
  private:
+  static Buffer aligned(int64_t bytes, size_t alignment) {
+    const size_t size = (static_cast<size_t>(bytes > 0 ? bytes : 1) + 63) / 64 * 64;
+    void* p = nullptr;
+    LS_REQUIRE(posix_memalign(&p, alignment, size) == 0, ErrorKind::kInvalidArgument,
+               "out of host memory allocating {} bytes", bytes);
+    return Buffer(p, bytes, [](void* q) { std::free(q); });
+  }
   DType weights_;
 };
 

@@ -111,7 +111,7 @@ class WeightReader {
     uint8_t* host;
   };
   Target target(int64_t bytes) {
-    Buffer buf = backend_.alloc(bytes);
+    Buffer buf = backend_.alloc_weights(bytes);
     auto* host = static_cast<uint8_t*>(buf.data());
     if (!backend_.host_memory()) {
       // At least one byte: an empty share still gets a pointer (memset, copies of 0 bytes).

@@ -372,14 +372,15 @@ TEST(MaxSeqLen, DefaultBudgetCapsTheCache) {
 }
 
 // The CPU backend splits large copies over its threads: the bytes are those
-// of one memcpy, an overlapping copy (memmove) too; buffers of 2 MiB or more
+// of one memcpy, an overlapping copy (memmove) too; weights of 2 MiB or more
 // start on a huge page's boundary; the bench's measurements return something.
 TEST(CpuBackend, LargeCopiesAreExactAndMeasured) {
   auto be = make_cpu_backend();
   const int64_t bytes = (int64_t{3} << 20) + 5;  // several chunks and a ragged end
   Buffer a = be->alloc(bytes + 4096), b = be->alloc(bytes);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % (size_t{2} << 20), 0u);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(be->alloc(100).data()) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(be->alloc_weights(bytes).data()) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(be->alloc_weights(100).data()) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u);
   for (int64_t i = 0; i < bytes + 4096; ++i) a.as<uint8_t>()[i] = static_cast<uint8_t>(i * 131 + i / 977);
   be->copy_within(b.data(), a.data(), bytes);
   EXPECT_EQ(std::memcmp(a.data(), b.data(), static_cast<size_t>(bytes)), 0);
