@@ -161,6 +161,21 @@ TEST(DotTile, EqualsOneDotProductToTheBit) {
       for (int r = 0; r < 4; ++r)
         for (int c = 0; c < 8; ++c)
           EXPECT_EQ(out[r * 8 + c], cpu::dot_bf16(xs[r], ws16[c], n)) << "bf16 tile n=" << n << " r=" << r << " c=" << c;
+      // f16 rows widened in registers (vcvtph2ps): each output is cpu::dot
+      // of the row widened by convert_to_f32, at 1 and 4 rows.
+      std::vector<uint16_t> h16(w.size());
+      std::vector<float> h32(w.size());
+      convert_from_f32(w.data(), h16.data(), DType::kF16, w.size());
+      convert_to_f32(h16.data(), DType::kF16, h32.data(), w.size());
+      const cpu::F16Bits* hs[8];
+      for (int c = 0; c < 8; ++c) hs[c] = reinterpret_cast<const cpu::F16Bits*>(h16.data() + c * n);
+      for (int rows : {1, 4}) {
+        rows == 1 ? cpu::dot_tile_avx512<1, 4>(xs, hs, n, out) : cpu::dot_tile_avx512<4, 4>(xs, hs, n, out);
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < 8; ++c)
+            EXPECT_EQ(out[r * 8 + c], cpu::dot(xs[r], h32.data() + c * n, n))
+                << "f16 tile n=" << n << " rows=" << rows << " r=" << r << " c=" << c;
+      }
     } else {
       GTEST_LOG_(INFO) << "no AVX-512 here: its tiles are not tested";
     }
@@ -173,7 +188,7 @@ TEST(DotTile, EqualsOneDotProductToTheBit) {
 // bias, for 16-bit weights too, with a row stride.
 TEST(LinearTiles, EveryOutputIsItsOwnDotProduct) {
   const int64_t in = 37, stride = 41;
-  for (int64_t rows : {1, 2, 3, 5, 9}) {  // with AVX-512: one row, bf16 read as it is (2-8 rows), widened first
+  for (int64_t rows : {1, 2, 3, 5, 9}) {  // with AVX-512: one row, 16-bit read as it is (f16 1-8 rows, bf16 2-8), widened first
     for (int64_t out_f : {1, 2, 3, 4, 5, 9}) {
       const auto x = random_vector(rows * stride, 42), w = random_vector(out_f * in, 43), b = random_vector(out_f, 44);
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {

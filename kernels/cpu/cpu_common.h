@@ -2,11 +2,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/op_common.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace lockstep::cpu {
 
@@ -104,17 +109,24 @@ __attribute__((target("avx2"))) void dot_tile_avx2(const float* const* x, const 
     }
 }
 
+// An IEEE half-precision weight's bits: the f16 element type the AVX-512
+// tile reads (uint16_t there means bf16).
+struct F16Bits {
+  uint16_t bits;
+};
+
 // dot_tile for R rows of x against 2P rows of w on AVX-512: features 2p and
 // 2p + 1 share one 16-wide register, each half the eight partial sums of
 // dot_tile_avx2 (x's eight values broadcast to both halves), so the same
 // sums, multiplies and adds and the same bits. 32 registers hold a 4 x 8
 // tile's 16 accumulators with its operands (cpu_linear_bench, one EPYC core:
-// ~2x the AVX2 2 x 4 tile's rate). W: float, or uint16_t for bf16 rows
-// widened in registers (exactly, as dot_bf16 widens them).
+// ~2x the AVX2 2 x 4 tile's rate). W: float, uint16_t for bf16 rows widened
+// in registers (exactly, as dot_bf16 widens them), or F16Bits for f16 rows
+// widened in registers by vcvtph2ps (exactly, as convert_to_f32 widens them).
 template <int R, int P, typename W>
 __attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, const W* const* w, int64_t n,
                                                          float* out) {
-  static_assert(std::is_same_v<W, float> || std::is_same_v<W, uint16_t>);
+  static_assert(std::is_same_v<W, float> || std::is_same_v<W, uint16_t> || std::is_same_v<W, F16Bits>);
   using f32x8 = float __attribute__((vector_size(32)));
   using f32x16 = float __attribute__((vector_size(64)));
   using u16x8 = uint16_t __attribute__((vector_size(16)));
@@ -122,6 +134,7 @@ __attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, c
   using u32x16 = uint32_t __attribute__((vector_size(64)));
   const auto widen = [](W v) {
     if constexpr (std::is_same_v<W, float>) return v;
+    else if constexpr (std::is_same_v<W, F16Bits>) return f16_to_float(v.bits);
     else return bf16_to_float(v);
   };
   f32x16 acc[R][P] = {};
@@ -145,8 +158,15 @@ __attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, c
         std::memcpy(&lo, w[2 * p] + i, sizeof lo);
         std::memcpy(&hi, w[2 * p + 1] + i, sizeof hi);
         const u16x16 both = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const u32x16 bits = __builtin_convertvector(both, u32x16) << 16;
-        std::memcpy(&wv, &bits, sizeof wv);
+        if constexpr (std::is_same_v<W, F16Bits>) {
+          __m256i halves;
+          std::memcpy(&halves, &both, sizeof halves);
+          const __m512 widened = _mm512_maskz_cvtph_ps(0xFFFF, halves);  // (the unmasked form warns in GCC 12)
+          std::memcpy(&wv, &widened, sizeof wv);
+        } else {
+          const u32x16 bits = __builtin_convertvector(both, u32x16) << 16;
+          std::memcpy(&wv, &bits, sizeof wv);
+        }
       }
       for (int r = 0; r < R; ++r) acc[r][p] += xv[r] * wv;
     }
