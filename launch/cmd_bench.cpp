@@ -159,7 +159,8 @@ nlohmann::json bench_decode(Engine& engine, int64_t batch, const BenchConfig& b,
   const double step_ms = secs * 1e3 / static_cast<double>(b.steps - 3);
   const Backend& be = engine.backend();  // the weights may be narrower than the cache (16-bit on the CPU)
   const double positions = static_cast<double>(batch) * (static_cast<double>(b.ctx) + b.steps / 2.0);
-  const double bytes = rank_step_bytes(c, engine.plan(), dtype_size(be.weight_dtype()), dtype_size(be.act_dtype()), positions);
+  const double bytes =
+      rank_step_bytes(c, engine.plan(), dtype_size(be.weight_dtype()), dtype_size(be.act_dtype()), positions);
   const double gbs = bytes / (step_ms * 1e-3) / 1e9;  // one rank's
   const GraphTimes graph = graph_ms_per_step(engine);
   return {{"batch", batch},

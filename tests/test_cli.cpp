@@ -533,8 +533,9 @@ TEST_F(Cli, BenchRunsAPresetWithoutACheckpoint) {
   EXPECT_NE(r.out.find("host memory used (resident set)"), std::string::npos) << r.out;
   const ModelConfig c = model_preset("tiny", Arch::kQwen3);
   const double kv = static_cast<double>(c.num_kv_heads * c.head_dim), q = static_cast<double>(c.q_dim());
-  const double weights = static_cast<double>(c.num_layers) * c.hidden_size * (2.0 * q + 2.0 * kv + 3.0 * c.intermediate_size) +
-                         static_cast<double>(c.vocab_size) * c.hidden_size;
+  const double weights =
+      static_cast<double>(c.num_layers) * c.hidden_size * (2.0 * q + 2.0 * kv + 3.0 * c.intermediate_size) +
+      static_cast<double>(c.vocab_size) * c.hidden_size;
   const double cache = (8 + 6 / 2.0) * 2.0 * static_cast<double>(c.num_layers) * kv;
   const nlohmann::json& d = report["decode"].at(0);
   EXPECT_NEAR(d["gb_per_s"].get<double>() * d["ms_per_step"].get<double>() * 1e6, 2.0 * weights + 4.0 * cache,

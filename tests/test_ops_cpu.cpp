@@ -188,7 +188,9 @@ TEST(DotTile, EqualsOneDotProductToTheBit) {
 // bias, for 16-bit weights too, with a row stride.
 TEST(LinearTiles, EveryOutputIsItsOwnDotProduct) {
   const int64_t in = 37, stride = 41;
-  for (int64_t rows : {1, 2, 3, 5, 9}) {  // with AVX-512: one row, 16-bit read as it is (f16 1-8 rows, bf16 2-8), widened first
+  // With AVX-512: 16-bit weights read as they are (f16 at 1-8 rows, bf16 at
+  // 2-8), bf16's one row as a dot product, 9 rows widened first.
+  for (int64_t rows : {1, 2, 3, 5, 9}) {
     for (int64_t out_f : {1, 2, 3, 4, 5, 9}) {
       const auto x = random_vector(rows * stride, 42), w = random_vector(out_f * in, 43), b = random_vector(out_f, 44);
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
