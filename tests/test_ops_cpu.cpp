@@ -535,6 +535,14 @@ TEST(CpuThreads, ResultsDoNotDependOnTheCount) {
                                    .positions = pos.data(), .out = attn.data(), .tokens = tokens, .num_heads = heads,
                                    .cache = cs, .scale = 0.25f});
     y.insert(y.end(), attn.begin(), attn.end());
+    // One decode token: with more threads than (token, kv head) pairs a GQA
+    // group is split into smaller chunks of heads, each head unchanged.
+    std::vector<float> decode(heads * cs.head_dim);
+    cpu::attention(AttentionParams{.qkv = qkv.data() + (tokens - 1) * width, .k_cache = k.data(),
+                                   .v_cache = v.data(), .slots = slots.data(), .positions = pos.data() + tokens - 1,
+                                   .out = decode.data(), .tokens = 1, .num_heads = heads, .cache = cs,
+                                   .scale = 0.25f});
+    y.insert(y.end(), decode.begin(), decode.end());
     return y;
   };
   const std::vector<float> one = run(1);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu_threads.h"
 
 namespace lockstep::cpu {
 
@@ -140,13 +141,18 @@ void kv_append(const KvAppendParams& p) {
 
 // Work items are (token, chunk of a kv head's query heads), over the CPU
 // threads; a group of G heads splits into ceil(G / kMaxHeads) chunks of
-// near-equal size. With AVX-512 the scores take 8 keys a tile, else 4.
+// near-equal size, or more (down to one head each) where that leaves threads
+// idle (a decode step of few sequences on many cores). Every head's result
+// is the same whichever chunk computes it. With AVX-512 the scores take 8
+// keys a tile, else 4.
 void attention(const AttentionParams& p) {
   p.validate();
   require_f32(p.dtype, "attention");
   const KvCacheShape& c = p.cache;
   const int64_t group = p.num_heads / c.num_kv_heads;
-  const int64_t chunks = (group + kMaxHeads - 1) / kMaxHeads;  // per kv head
+  const int64_t pairs = std::max<int64_t>(p.tokens * c.num_kv_heads, 1);  // (token, kv head)
+  const int64_t chunks =  // per kv head
+      std::clamp<int64_t>((threads() + pairs - 1) / pairs, (group + kMaxHeads - 1) / kMaxHeads, group);
   const int64_t items = p.tokens * c.num_kv_heads * chunks;
   for (int64_t t = 0; t < p.tokens; ++t) check_token(c, p.slots[t], p.positions[t]);
   const AttendHeads* attend = has_avx512() ? kAttendHeads<8> : kAttendHeads<4>;
