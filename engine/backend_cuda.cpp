@@ -100,6 +100,11 @@ class CudaBackend final : public Backend {
   void copy_within(void* dst, const void* src, int64_t bytes) override {
     LS_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
   }
+  void copy_rows_within(void* dst, const void* src, int64_t row_bytes, int64_t rows, int64_t pitch) override {
+    LS_CHECK_CUDA(cudaMemcpy2DAsync(dst, static_cast<size_t>(pitch), src, static_cast<size_t>(pitch),
+                                    static_cast<size_t>(row_bytes), static_cast<size_t>(rows),
+                                    cudaMemcpyDeviceToDevice, stream_));
+  }
   // Pinned and mapped: with unified addressing the one pointer serves the
   // host and the kernels, which write through to host memory.
   Buffer alloc_host_visible(int64_t bytes) override {

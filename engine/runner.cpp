@@ -147,11 +147,13 @@ void Runner::copy_kv_prefix(int32_t from, int32_t to, int64_t positions) {
              ErrorKind::kInternal, "cache copy of {} positions from slot {} to slot {}", positions, from, to);
   if (from == to || positions == 0) return;
   const auto elem = static_cast<int64_t>(dtype_size(act_));
-  const int64_t bytes = positions * cs.position_stride() * elem;
+  // Each kv head's first `positions` positions: one row a head.
+  const int64_t row_bytes = positions * cs.position_stride() * elem;
   for (int64_t l = 0; l < config_.num_layers; ++l)
     for (const Buffer* cache : {&k_cache_[static_cast<size_t>(l)], &v_cache_[static_cast<size_t>(l)]}) {
       auto* base = cache->as<uint8_t>();
-      backend_.copy_within(base + cs.offset(to, 0, 0) * elem, base + cs.offset(from, 0, 0) * elem, bytes);
+      backend_.copy_rows_within(base + cs.offset(to, 0, 0) * elem, base + cs.offset(from, 0, 0) * elem, row_bytes,
+                                cs.num_kv_heads, cs.head_stride() * elem);
     }
 }
 

@@ -132,10 +132,12 @@ void kv_append(const KvAppendParams& p) {
     check_token(c, p.slots[t], p.positions[t]);
     const float* k = qkv + t * row_stride + p.num_heads * c.head_dim;
     const float* v = k + kv_width;
-    // A token's kv heads are contiguous in the cache (head_stride() == head_dim).
-    const int64_t offset = c.offset(p.slots[t], p.positions[t], 0);
-    std::memcpy(static_cast<float*>(p.k_cache) + offset, k, static_cast<size_t>(kv_width) * 4);
-    std::memcpy(static_cast<float*>(p.v_cache) + offset, v, static_cast<size_t>(kv_width) * 4);
+    for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+      const int64_t offset = c.offset(p.slots[t], p.positions[t], h);
+      const auto bytes = static_cast<size_t>(c.head_dim) * 4;
+      std::memcpy(static_cast<float*>(p.k_cache) + offset, k + h * c.head_dim, bytes);
+      std::memcpy(static_cast<float*>(p.v_cache) + offset, v + h * c.head_dim, bytes);
+    }
   }
 }
 

@@ -274,8 +274,7 @@ bool gemv_fits(const LinearParams& p) {
 // head) and a block's four pairs lie in one head.
 bool rope_fits_gemv(const LinearParams& p) {
   const QkNormRopeParams& r = *p.qk_norm_rope;
-  return r.q_norm_weight == nullptr && r.head_dim % 8 == 0 &&
-         (!r.kv_append || r.kv_append->cache.head_stride() == r.head_dim);
+  return r.q_norm_weight == nullptr && r.head_dim % 8 == 0;
 }
 
 template <typename T>

@@ -27,6 +27,7 @@ struct CacheTarget {
   const int32_t* slots;
   int64_t slot_stride;
   int64_t position_stride;
+  int64_t head_stride;
 };
 
 // The kernel's view of QkNormRopeParams.
@@ -60,8 +61,9 @@ __device__ void norm_rotate_head(const RopeArgs<T>& a, T* row, int64_t h, int64_
     for (int64_t i = lane; i < a.head_dim; i += 32) sq += to_float(v[i]) * to_float(v[i]);
     inv = rsqrtf(warp_sum(sq) / static_cast<float>(a.head_dim) + a.eps);
   }
-  T* k = h >= a.num_heads && a.cache.k_cache != nullptr ? a.cache.k_cache + dst + (h - a.num_heads) * a.head_dim
-                                                        : nullptr;
+  T* k = h >= a.num_heads && a.cache.k_cache != nullptr
+             ? a.cache.k_cache + dst + (h - a.num_heads) * a.cache.head_stride
+             : nullptr;
   for (int64_t i = lane; i < half; i += 32) {
     float x = to_float(v[i]) * inv;
     float y = to_float(v[i + half]) * inv;
@@ -95,10 +97,10 @@ __global__ void qk_norm_rope_kernel(RopeArgs<T> a) {
   const CacheTarget<T>& cache = a.cache;
   const int64_t dst =
       cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + a.positions[t] * cache.position_stride;
-  // A token's kv heads are contiguous in the cache (KvCacheShape: head_stride() == head_dim).
   if (cache.k_cache != nullptr && blockIdx.y == 0)
     for (int64_t i = threadIdx.x; i < a.num_kv_heads * a.head_dim; i += blockDim.x)
-      cache.v_cache[dst + i] = row[(a.num_heads + a.num_kv_heads) * a.head_dim + i];
+      cache.v_cache[dst + i / a.head_dim * cache.head_stride + i % a.head_dim] =
+          row[(a.num_heads + a.num_kv_heads) * a.head_dim + i];
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kRopeWarps + threadIdx.x / 32;
   if (h < a.num_heads + a.num_kv_heads) norm_rotate_head(a, row, h, dst, cos_s, sin_s);
 }
@@ -127,7 +129,8 @@ void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
                                   .v_cache = static_cast<T*>(p.kv_append->v_cache),
                                   .slots = p.kv_append->slots,
                                   .slot_stride = p.kv_append->cache.slot_stride(),
-                                  .position_stride = p.kv_append->cache.position_stride()};
+                                  .position_stride = p.kv_append->cache.position_stride(),
+                                  .head_stride = p.kv_append->cache.head_stride()};
     const dim3 grid(static_cast<unsigned>(p.tokens),
                     static_cast<unsigned>(ceil_div(p.num_heads + p.num_kv_heads, kRopeWarps)));
     LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, grid, dim3(kRopeWarps * 32), 0, stream, args);
