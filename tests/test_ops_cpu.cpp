@@ -144,6 +144,26 @@ TEST(DotTile, EqualsOneDotProductToTheBit) {
       expect_dots(out, 2, 4, "dot_tile_avx2<2, 4>");
       cpu::dot_tile_avx2<1, 4>(xs, ws, n, out);
       expect_dots(out, 1, 4, "dot_tile_avx2<1, 4>");
+      // 16-bit rows widened in registers: each output is cpu::dot of the row
+      // widened as convert_to_f32 widens it (for bf16 that is dot_bf16).
+      for (DType dt : {DType::kBF16, DType::kF16}) {
+        if (dt == DType::kF16 && !__builtin_cpu_supports("f16c")) continue;
+        std::vector<uint16_t> w16(w.size());
+        std::vector<float> wide(w.size());
+        convert_from_f32(w.data(), w16.data(), dt, w.size());
+        convert_to_f32(w16.data(), dt, wide.data(), w.size());
+        const uint16_t* ws16[4];
+        const cpu::F16Bits* hs[4];
+        for (int c = 0; c < 4; ++c) {
+          ws16[c] = w16.data() + c * n;
+          hs[c] = reinterpret_cast<const cpu::F16Bits*>(ws16[c]);
+        }
+        dt == DType::kBF16 ? cpu::dot_tile_avx2<2, 4>(xs, ws16, n, out) : cpu::dot_tile_avx2<2, 4>(xs, hs, n, out);
+        for (int r = 0; r < 2; ++r)
+          for (int c = 0; c < 4; ++c)
+            EXPECT_EQ(out[r * 4 + c], cpu::dot(xs[r], wide.data() + c * n, n))
+                << dtype_name(dt) << " AVX2 tile n=" << n << " r=" << r << " c=" << c;
+      }
     } else {
       GTEST_LOG_(INFO) << "no AVX2 here: its tiles are not tested";
     }

@@ -83,37 +83,61 @@ inline void dot_tile(const float* const* x, const float* const* w, int64_t n, fl
 }
 
 #if defined(__x86_64__)
+// An IEEE half-precision weight's bits: the f16 element type the AVX2 and
+// AVX-512 tiles read (uint16_t there means bf16).
+struct F16Bits {
+  uint16_t bits;
+};
+
 // dot_tile with the eight partial sums in one AVX register: the same sums,
 // multiplies and adds kept apart (no FMA), so the same bits as dot_tile and
-// dot; at 2 x 4, 11 of the 16 AVX registers.
-template <int R, int C>
-__attribute__((target("avx2"))) void dot_tile_avx2(const float* const* x, const float* const* w, int64_t n,
-                                                   float* out) {
+// dot; at 2 x 4, 11 of the 16 AVX registers. W: float, uint16_t for bf16
+// rows or F16Bits for f16 rows, widened in registers (exactly, as dot_bf16
+// and convert_to_f32 widen them; f16 by vcvtph2ps, which every AVX2 CPU has).
+template <int R, int C, typename W = float>
+__attribute__((target("avx2,f16c"))) void dot_tile_avx2(const float* const* x, const W* const* w, int64_t n,
+                                                        float* out) {
+  static_assert(std::is_same_v<W, float> || std::is_same_v<W, uint16_t> || std::is_same_v<W, F16Bits>);
   using f32x8 = float __attribute__((vector_size(32)));
+  using u16x8 = uint16_t __attribute__((vector_size(16)));
+  using u32x8 = uint32_t __attribute__((vector_size(32)));
+  const auto widen = [](W v) {
+    if constexpr (std::is_same_v<W, float>) return v;
+    else if constexpr (std::is_same_v<W, F16Bits>) return f16_to_float(v.bits);
+    else return bf16_to_float(v);
+  };
   f32x8 acc[R][C] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     f32x8 xv[R], wv;
     for (int r = 0; r < R; ++r) std::memcpy(&xv[r], x[r] + i, sizeof(f32x8));
     for (int c = 0; c < C; ++c) {
-      std::memcpy(&wv, w[c] + i, sizeof wv);
+      if constexpr (std::is_same_v<W, float>) {
+        std::memcpy(&wv, w[c] + i, sizeof wv);
+      } else {
+        __m128i halves;
+        std::memcpy(&halves, w[c] + i, sizeof halves);
+        if constexpr (std::is_same_v<W, F16Bits>) {
+          const __m256 widened = _mm256_cvtph_ps(halves);
+          std::memcpy(&wv, &widened, sizeof wv);
+        } else {
+          u16x8 bits16;
+          std::memcpy(&bits16, &halves, sizeof bits16);
+          const u32x8 bits = __builtin_convertvector(bits16, u32x8) << 16;
+          std::memcpy(&wv, &bits, sizeof wv);
+        }
+      }
       for (int r = 0; r < R; ++r) acc[r][c] += xv[r] * wv;
     }
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       float tail = 0.0f;
-      for (int64_t j = i; j < n; ++j) tail += x[r][j] * w[c][j];
+      for (int64_t j = i; j < n; ++j) tail += x[r][j] * widen(w[c][j]);
       const f32x8 a = acc[r][c];
       out[r * C + c] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
     }
 }
-
-// An IEEE half-precision weight's bits: the f16 element type the AVX-512
-// tile reads (uint16_t there means bf16).
-struct F16Bits {
-  uint16_t bits;
-};
 
 // dot_tile for R rows of x against 2P rows of w on AVX-512: features 2p and
 // 2p + 1 share one 16-wide register, each half the eight partial sums of
@@ -205,6 +229,16 @@ inline bool has_avx2() {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   return avx2;
+#else
+  return false;
+#endif
+}
+
+// Whether this CPU converts halves by F16C (x86-64; false elsewhere), asked once.
+inline bool has_f16c() {
+#if defined(__x86_64__)
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  return f16c;
 #else
   return false;
 #endif

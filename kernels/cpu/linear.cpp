@@ -26,6 +26,23 @@ struct Tile2x4 {
   }
 };
 #if defined(__x86_64__)
+// Without AVX-512, AVX2's 2 x 4 tile reads 16-bit weights as they are up to
+// these row counts, past which the widening pass through scratch is cheaper
+// (cpu_linear_bench 4096 x 14336, 2 EPYC threads with AVX-512 left unused:
+// bf16 2 rows 3.8 ms against 6.8, 4 rows 6.4-6.7 against 8.2-9.0, 6 rows 9.4
+// against 10.7, 8 even, 16 21.6 against 16.0; f16 2 rows 3.5 against 6.1,
+// 16 rows 12.6-12.9 against 14.9-15.1, 64 even; on an 896 x 4864 product
+// that stays in cache f16 is ahead up to 8 rows and 3-5% behind at 32-128).
+constexpr int64_t kAvx2Bf16Rows = 6;
+constexpr int64_t kAvx2F16Rows = 16;
+template <typename W>
+struct Avx2Tile2x4 {
+  static constexpr int kRows = 2, kFeatures = 4;
+  using Weight = W;
+  static void dot(const float* const* x, const W* const* w, int64_t n, float* out) {
+    dot_tile_avx2<kRows, kFeatures>(x, w, n, out);
+  }
+};
 template <int Rows, int Features, typename W>
 struct Avx512Tile {
   static constexpr int kRows = Rows, kFeatures = Features;
@@ -142,6 +159,10 @@ void tiled_products(const LinearParams& p) {
     if (p.weight_dtype == DType::kF16 && p.rows <= 8) return tiled_products<F16Tile8x4>(p);
     return tiled_products<Avx512Tile<4, 8, float>>(p);
   }
+  if (has_avx2() && p.weight_dtype == DType::kBF16 && p.rows <= kAvx2Bf16Rows)
+    return tiled_products<Avx2Tile2x4<uint16_t>>(p);
+  if (has_avx2() && has_f16c() && p.weight_dtype == DType::kF16 && p.rows <= kAvx2F16Rows)
+    return tiled_products<Avx2Tile2x4<F16Bits>>(p);
 #endif
   tiled_products<Tile2x4>(p);
 }
@@ -158,7 +179,8 @@ void tiled_products(const LinearParams& p) {
 // vector used 2 or 4 times (4 or 8) (benchmarks/cpu_linear_bench, 2 EPYC
 // cores, bf16 2048 x 2048: AVX2 2.1-2.6x faster than one dot at a time at
 // 8 to 128 rows, AVX-512 another ~2x; benchmarks/RESULTS.md); with AVX-512,
-// up to 8 rows read bf16 and f16 weights as they are. The optional
+// up to 8 rows read bf16 and f16 weights as they are, with AVX2 alone up to
+// 6 (bf16) and 16 (f16). The optional
 // stages run as their own ops, before and after.
 void linear(const LinearParams& p) {
   p.validate();
