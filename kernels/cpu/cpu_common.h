@@ -89,6 +89,14 @@ struct F16Bits {
   uint16_t bits;
 };
 
+// A weight the tiles read, as float32 (exactly).
+template <typename W>
+inline float widen_weight(W v) {
+  if constexpr (std::is_same_v<W, float>) return v;
+  else if constexpr (std::is_same_v<W, F16Bits>) return f16_to_float(v.bits);
+  else return bf16_to_float(v);
+}
+
 // dot_tile with the eight partial sums in one AVX register: the same sums,
 // multiplies and adds kept apart (no FMA), so the same bits as dot_tile and
 // dot; at 2 x 4, 11 of the 16 AVX registers. W: float, uint16_t for bf16
@@ -101,11 +109,6 @@ __attribute__((target("avx2,f16c"))) void dot_tile_avx2(const float* const* x, c
   using f32x8 = float __attribute__((vector_size(32)));
   using u16x8 = uint16_t __attribute__((vector_size(16)));
   using u32x8 = uint32_t __attribute__((vector_size(32)));
-  const auto widen = [](W v) {
-    if constexpr (std::is_same_v<W, float>) return v;
-    else if constexpr (std::is_same_v<W, F16Bits>) return f16_to_float(v.bits);
-    else return bf16_to_float(v);
-  };
   f32x8 acc[R][C] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -133,7 +136,7 @@ __attribute__((target("avx2,f16c"))) void dot_tile_avx2(const float* const* x, c
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       float tail = 0.0f;
-      for (int64_t j = i; j < n; ++j) tail += x[r][j] * widen(w[c][j]);
+      for (int64_t j = i; j < n; ++j) tail += x[r][j] * widen_weight(w[c][j]);
       const f32x8 a = acc[r][c];
       out[r * C + c] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
     }
@@ -156,11 +159,6 @@ __attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, c
   using u16x8 = uint16_t __attribute__((vector_size(16)));
   using u16x16 = uint16_t __attribute__((vector_size(32)));
   using u32x16 = uint32_t __attribute__((vector_size(64)));
-  const auto widen = [](W v) {
-    if constexpr (std::is_same_v<W, float>) return v;
-    else if constexpr (std::is_same_v<W, F16Bits>) return f16_to_float(v.bits);
-    else return bf16_to_float(v);
-  };
   f32x16 acc[R][P] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -198,7 +196,7 @@ __attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, c
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < 2 * P; ++c) {
       float tail = 0.0f;
-      for (int64_t j = i; j < n; ++j) tail += x[r][j] * widen(w[c][j]);
+      for (int64_t j = i; j < n; ++j) tail += x[r][j] * widen_weight(w[c][j]);
       const f32x16 a = acc[r][c / 2];
       const int h = (c % 2) * 8;
       out[r * 2 * P + c] = ((a[h] + a[h + 4]) + (a[h + 1] + a[h + 5])) + ((a[h + 2] + a[h + 6]) + (a[h + 3] + a[h + 7])) + tail;
@@ -206,15 +204,23 @@ __attribute__((target("avx512f"))) void dot_tile_avx512(const float* const* x, c
 }
 #endif
 
-// Whether this CPU runs AVX-512F (x86-64; false elsewhere), asked once.
-inline bool has_avx512() {
+// The instruction sets this CPU runs (x86-64; none elsewhere), asked once.
+struct CpuFeatures {
+  bool avx2 = false, avx512 = false, f16c = false;
+};
+inline const CpuFeatures& cpu_features() {
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512;
+  static const CpuFeatures f{.avx2 = __builtin_cpu_supports("avx2") != 0,
+                             .avx512 = __builtin_cpu_supports("avx512f") != 0,
+                             .f16c = __builtin_cpu_supports("f16c") != 0};
 #else
-  return false;
+  static const CpuFeatures f{};
 #endif
+  return f;
 }
+inline bool has_avx2() { return cpu_features().avx2; }
+inline bool has_avx512() { return cpu_features().avx512; }
+inline bool has_f16c() { return cpu_features().f16c; }
 
 // Compiles a function for AVX-512, AVX2 and the baseline, picked at load
 // time (x86-64; elsewhere the one baseline build).
@@ -223,26 +229,6 @@ inline bool has_avx512() {
 #else
 #define LOCKSTEP_SIMD_CLONES
 #endif
-
-// Whether this CPU runs AVX2 (x86-64; false elsewhere), asked once.
-inline bool has_avx2() {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2;
-#else
-  return false;
-#endif
-}
-
-// Whether this CPU converts halves by F16C (x86-64; false elsewhere), asked once.
-inline bool has_f16c() {
-#if defined(__x86_64__)
-  static const bool f16c = __builtin_cpu_supports("f16c");
-  return f16c;
-#else
-  return false;
-#endif
-}
 
 // dot_tile on the widest instruction set this CPU has: the same bits on any.
 template <int R, int C>
