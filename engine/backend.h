@@ -56,6 +56,9 @@ class Backend {
   // Whether alloc() returns host memory the host may write directly (the
   // CPU), so that loading fills it in place rather than through to_backend.
   virtual bool host_memory() const { return false; }
+  // The KV cache layout the backend's attention reads fastest
+  // (KvCacheShape::head_major): head-major on the CPU.
+  virtual bool kv_cache_head_major() const { return false; }
   virtual void to_backend(void* dst, const void* host_src, int64_t bytes) = 0;
   virtual void to_host(void* host_dst, const void* src, int64_t bytes) = 0;
   // Copies bytes between this backend's memory, queued like the ops.

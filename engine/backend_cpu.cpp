@@ -59,6 +59,7 @@ class CpuBackend final : public Backend {
   DType act_dtype() const override { return DType::kF32; }
   DType weight_dtype() const override { return weights_; }
   bool host_memory() const override { return true; }
+  bool kv_cache_head_major() const override { return true; }
 
   Buffer alloc(int64_t bytes) override { return aligned(bytes, 64); }
   // Weights of a huge page or more start on a huge page's boundary, and their

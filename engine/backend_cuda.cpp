@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdint>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -100,13 +99,6 @@ class CudaBackend final : public Backend {
   }
   void copy_within(void* dst, const void* src, int64_t bytes) override {
     LS_CHECK_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
-  }
-  // One 2D copy; pitches of 2 GiB or more (past cudaMemcpy2D's limit) row by row.
-  void copy_rows_within(void* dst, const void* src, int64_t row_bytes, int64_t rows, int64_t pitch) override {
-    if (pitch > INT32_MAX) return Backend::copy_rows_within(dst, src, row_bytes, rows, pitch);
-    LS_CHECK_CUDA(cudaMemcpy2DAsync(dst, static_cast<size_t>(pitch), src, static_cast<size_t>(pitch),
-                                    static_cast<size_t>(row_bytes), static_cast<size_t>(rows),
-                                    cudaMemcpyDeviceToDevice, stream_));
   }
   // Pinned and mapped: with unified addressing the one pointer serves the
   // host and the kernels, which write through to host memory.

@@ -73,7 +73,8 @@ KvCacheShape Runner::cache_shape() const {
   return KvCacheShape{.num_slots = limits_.max_slots + (has_padding_slot() ? 1 : 0),
                       .max_seq = limits_.max_seq,
                       .num_kv_heads = plan_.kv_heads_local,
-                      .head_dim = config_.head_dim};
+                      .head_dim = config_.head_dim,
+                      .head_major = backend_.kv_cache_head_major()};
 }
 
 void Runner::set_batch(const BatchDesc& b) {
@@ -147,13 +148,17 @@ void Runner::copy_kv_prefix(int32_t from, int32_t to, int64_t positions) {
              ErrorKind::kInternal, "cache copy of {} positions from slot {} to slot {}", positions, from, to);
   if (from == to || positions == 0) return;
   const auto elem = static_cast<int64_t>(dtype_size(act_));
-  // Each kv head's first `positions` positions: one row a head.
+  // The first `positions` positions: one run of bytes position-major, one a kv head head-major.
   const int64_t row_bytes = positions * cs.position_stride() * elem;
   for (int64_t l = 0; l < config_.num_layers; ++l)
     for (const Buffer* cache : {&k_cache_[static_cast<size_t>(l)], &v_cache_[static_cast<size_t>(l)]}) {
       auto* base = cache->as<uint8_t>();
-      backend_.copy_rows_within(base + cs.offset(to, 0, 0) * elem, base + cs.offset(from, 0, 0) * elem, row_bytes,
-                                cs.num_kv_heads, cs.head_stride() * elem);
+      uint8_t* dst = base + cs.offset(to, 0, 0) * elem;
+      const uint8_t* src = base + cs.offset(from, 0, 0) * elem;
+      if (cs.head_major)
+        backend_.copy_rows_within(dst, src, row_bytes, cs.num_kv_heads, cs.head_stride() * elem);
+      else
+        backend_.copy_within(dst, src, row_bytes);
     }
 }
 

@@ -1,12 +1,16 @@
 // The KV cache and attention over it.
 //
-// Cache layout, per layer, for K and for V: [num_slots, num_kv_heads, max_seq,
-// head_dim] (code finds an element through the strides below). A sequence
-// owns one slot, so its cache is contiguous, and each of its kv heads' keys
-// are contiguous: attention streams one kv head's keys at a time (the CPU's
-// no-GQA prefill ran a third faster than on the position-major layout, whose
-// rows of one head lie num_kv_heads·head_dim apart: benchmarks/RESULTS.md).
-// Token t of a batch belongs to slot slots[t] at position positions[t].
+// Cache layout, per layer, for K and for V, one of two (code finds an element
+// through the strides below; the kernels take either):
+// - position-major [num_slots, max_seq, num_kv_heads, head_dim], the CUDA
+//   backend's: a token's kv heads side by side (a head-major cache measured
+//   0.6-4.5% slower in the GPU's unsplit decode attention, fifth session);
+// - head-major [num_slots, num_kv_heads, max_seq, head_dim], the CPU
+//   backend's: each kv head's keys contiguous (the CPU's no-GQA prefill
+//   attention ran 23% faster than on position-major, whose rows of one head
+//   lie num_kv_heads·head_dim apart: benchmarks/RESULTS.md).
+// A sequence owns one slot, so its cache is contiguous either way. Token t of
+// a batch belongs to slot slots[t] at position positions[t].
 //
 // kv_append writes each token's k and v at its position. attention then lets
 // token t attend to positions [0, positions[t]] of its slot, so a prompt of P
@@ -35,11 +39,11 @@ struct KvCacheShape {
   int64_t max_seq = 0;
   int64_t num_kv_heads = 0;  // local
   int64_t head_dim = 0;
-  int64_t slot_stride() const { return num_kv_heads * head_stride(); }
-  int64_t head_stride() const { return max_seq * head_dim; }
-  int64_t position_stride() const { return head_dim; }
-  // Element offset of (slot, position, kv head); a head's positions [0, n) are
-  // the n·head_dim elements from offset(slot, 0, head).
+  bool head_major = false;  // the layout (above)
+  int64_t slot_stride() const { return max_seq * num_kv_heads * head_dim; }
+  int64_t position_stride() const { return head_major ? head_dim : num_kv_heads * head_dim; }
+  int64_t head_stride() const { return head_major ? max_seq * head_dim : head_dim; }
+  // Element offset of (slot, position, kv head).
   int64_t offset(int64_t slot, int64_t position, int64_t kv_head) const {
     return slot * slot_stride() + position * position_stride() + kv_head * head_stride();
   }

@@ -386,10 +386,10 @@ class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
 
 // A prompt of 19 tokens in slot 1 and a decode token in slot 0 at position 6,
 // in one call: causal prefill and decode are the same op. With a window, a
-// token sees its own key and the window - 1 before it.
+// token sees its own key and the window - 1 before it. Both cache layouts,
+// which must give the same bits.
 TEST_P(AttentionTest, CausalPrefillAndDecodeInOneBatch) {
   const AttnCase ac = GetParam();
-  const KvCacheShape cs{.num_slots = 2, .max_seq = 32, .num_kv_heads = ac.kv_heads, .head_dim = ac.head_dim};
   const int64_t width = (ac.heads + 2 * ac.kv_heads) * ac.head_dim;
   std::vector<int32_t> slots, pos;
   for (int32_t p = 0; p < 7; ++p) slots.push_back(0), pos.push_back(p);  // history of slot 0
@@ -397,17 +397,24 @@ TEST_P(AttentionTest, CausalPrefillAndDecodeInOneBatch) {
   for (int32_t p = 0; p < 19; ++p) slots.push_back(1), pos.push_back(p);
   const int64_t tokens = static_cast<int64_t>(slots.size());
   auto qkv = random_vector(tokens * width, 12, -2.0f, 2.0f);
-  std::vector<float> k(cs.num_slots * cs.slot_stride(), NAN), v(k.size(), NAN);
-  cpu::kv_append(KvAppendParams{.qkv = qkv.data(), .k_cache = k.data(), .v_cache = v.data(), .slots = slots.data(),
-                                .positions = pos.data(), .tokens = tokens, .num_heads = ac.heads, .cache = cs});
-  // Attend for all tokens except slot 0's first six (already "past").
   const float scale = 1.0f / std::sqrt(static_cast<float>(ac.head_dim));
   const int64_t first = history - 1;
-  std::vector<float> out((tokens - first) * ac.heads * ac.head_dim, NAN);
-  cpu::attention(AttentionParams{.qkv = qkv.data() + first * width, .k_cache = k.data(), .v_cache = v.data(),
-                                 .slots = slots.data() + first, .positions = pos.data() + first, .out = out.data(),
-                                 .tokens = tokens - first, .num_heads = ac.heads, .cache = cs, .scale = scale,
-                                 .window = ac.window});
+  // Append every token, then attend for all but slot 0's first six (already "past").
+  const auto attend = [&](bool head_major) {
+    const KvCacheShape cs{.num_slots = 2, .max_seq = 32, .num_kv_heads = ac.kv_heads, .head_dim = ac.head_dim,
+                          .head_major = head_major};
+    std::vector<float> k(cs.num_slots * cs.slot_stride(), NAN), v(k.size(), NAN);
+    cpu::kv_append(KvAppendParams{.qkv = qkv.data(), .k_cache = k.data(), .v_cache = v.data(), .slots = slots.data(),
+                                  .positions = pos.data(), .tokens = tokens, .num_heads = ac.heads, .cache = cs});
+    std::vector<float> out((tokens - first) * ac.heads * ac.head_dim, NAN);
+    cpu::attention(AttentionParams{.qkv = qkv.data() + first * width, .k_cache = k.data(), .v_cache = v.data(),
+                                   .slots = slots.data() + first, .positions = pos.data() + first, .out = out.data(),
+                                   .tokens = tokens - first, .num_heads = ac.heads, .cache = cs, .scale = scale,
+                                   .window = ac.window});
+    return out;
+  };
+  const std::vector<float> out = attend(false);
+  EXPECT_EQ(attend(true), out) << "head-major against position-major";
   std::vector<double> want(out.size());
   const int64_t group = ac.heads / ac.kv_heads;
   for (int64_t t = first; t < tokens; ++t) {

@@ -97,10 +97,11 @@ __global__ void qk_norm_rope_kernel(RopeArgs<T> a) {
   const CacheTarget<T>& cache = a.cache;
   const int64_t dst =
       cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + a.positions[t] * cache.position_stride;
-  if (cache.k_cache != nullptr && blockIdx.y == 0)
-    for (int64_t i = threadIdx.x; i < a.num_kv_heads * a.head_dim; i += blockDim.x)
-      cache.v_cache[dst + i / a.head_dim * cache.head_stride + i % a.head_dim] =
-          row[(a.num_heads + a.num_kv_heads) * a.head_dim + i];
+  if (cache.k_cache != nullptr && blockIdx.y == 0) {
+    const int width = static_cast<int>(a.num_kv_heads * a.head_dim), hd = static_cast<int>(a.head_dim);
+    for (int i = static_cast<int>(threadIdx.x); i < width; i += static_cast<int>(blockDim.x))
+      cache.v_cache[dst + i / hd * cache.head_stride + i % hd] = row[(a.num_heads + a.num_kv_heads) * a.head_dim + i];
+  }
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kRopeWarps + threadIdx.x / 32;
   if (h < a.num_heads + a.num_kv_heads) norm_rotate_head(a, row, h, dst, cos_s, sin_s);
 }

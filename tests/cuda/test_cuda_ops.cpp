@@ -158,49 +158,56 @@ TEST_F(CudaOpTest, LinearMatchesCpu) {
 }
 
 // The KV append fused into qk_norm_rope: the cache gets the rotated k and
-// the v of each token (a distinct slot and position per token).
+// the v of each token (a distinct slot and position per token), in either
+// cache layout (the engine's CUDA cache is position-major; head-major is the
+// CPU's).
 TEST_F(CudaOpTest, QkNormRopeKvAppendMatchesCpu) {
   std::mt19937 rng(7);
   const std::vector<RopeCase> cases{{8, 2, 128, true, RopeType::kLlama3}, {5, 5, 64, false, RopeType::kDefault},
                                     {4, 1, 16, false, RopeType::kDefault}};
   for (DType dt : all_dtypes())
     for (int64_t tokens : odd_rows())
-      for (const RopeCase& rc : cases) {
-        RopeConfig rope{.type = rc.rope, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
-                        .high_freq_factor = 4.0, .original_max_position = 8192};
-        std::vector<float> inv_freq = rope_inv_freq(rope, rc.head_dim);
-        const KvCacheShape cache{.num_slots = 16, .max_seq = 64, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim};
-        const int64_t width = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
-        std::vector<float> qkv = random_values(tokens * width, dt, rng);
-        std::vector<float> qn = random_values(rc.head_dim, dt, rng), kn = random_values(rc.head_dim, dt, rng);
-        std::vector<float> k = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
-        std::vector<float> v = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
-        std::vector<int32_t> slots(static_cast<size_t>(tokens)), pos(static_cast<size_t>(tokens));
-        for (int64_t t = 0; t < tokens; ++t) slots[t] = static_cast<int32_t>(t % 16), pos[t] = static_cast<int32_t>(t / 16);
-        DeviceArray d_qkv(qkv, dt), d_pos(pos), d_slots(slots), d_freq(inv_freq, DType::kF32), d_qn(qn, dt),
-            d_kn(kn, dt), d_k(k, dt), d_v(v, dt);
-        QkNormRopeParams p{.qkv = d_qkv.get(), .positions = d_pos.ints(), .inv_freq = static_cast<float*>(d_freq.get()),
-                           .q_norm_weight = rc.qk_norm ? d_qn.get() : nullptr,
-                           .k_norm_weight = rc.qk_norm ? d_kn.get() : nullptr, .tokens = tokens,
-                           .num_heads = rc.heads, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim, .eps = 1e-6f,
-                           .dtype = dt,
-                           .kv_append = KvAppendParams{.qkv = d_qkv.get(), .k_cache = d_k.get(), .v_cache = d_v.get(),
-                                                       .slots = d_slots.ints(), .positions = d_pos.ints(),
-                                                       .tokens = tokens, .num_heads = rc.heads, .cache = cache,
-                                                       .dtype = dt}};
-        cuda::qk_norm_rope(p, stream_);
-        sync();
-        QkNormRopeParams c = p;
-        c.qkv = qkv.data(), c.positions = pos.data(), c.inv_freq = inv_freq.data(), c.dtype = DType::kF32;
-        c.q_norm_weight = rc.qk_norm ? qn.data() : nullptr, c.k_norm_weight = rc.qk_norm ? kn.data() : nullptr;
-        c.kv_append->qkv = qkv.data(), c.kv_append->k_cache = k.data(), c.kv_append->v_cache = v.data();
-        c.kv_append->slots = slots.data(), c.kv_append->positions = pos.data(), c.kv_append->dtype = DType::kF32;
-        cpu::qk_norm_rope(c);
-        const std::string what = "rope+append tokens=" + std::to_string(tokens) + " hd=" + std::to_string(rc.head_dim);
-        expect_close(d_qkv.download(), qkv, dt, what + " qkv");
-        expect_close(d_k.download(), k, dt, what + " K");  // the rotated k, rounded once as in qkv
-        expect_close(d_v.download(), v, DType::kF32, what + " V");  // exact copies
-      }
+      for (const RopeCase& rc : cases)
+        for (bool head_major : {false, true}) {
+          RopeConfig rope{.type = rc.rope, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
+                          .high_freq_factor = 4.0, .original_max_position = 8192};
+          std::vector<float> inv_freq = rope_inv_freq(rope, rc.head_dim);
+          const KvCacheShape cache{.num_slots = 16, .max_seq = 64, .num_kv_heads = rc.kv_heads,
+                                   .head_dim = rc.head_dim, .head_major = head_major};
+          const int64_t width = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
+          std::vector<float> qkv = random_values(tokens * width, dt, rng);
+          std::vector<float> qn = random_values(rc.head_dim, dt, rng), kn = random_values(rc.head_dim, dt, rng);
+          std::vector<float> k = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
+          std::vector<float> v = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
+          std::vector<int32_t> slots(static_cast<size_t>(tokens)), pos(static_cast<size_t>(tokens));
+          for (int64_t t = 0; t < tokens; ++t)
+            slots[t] = static_cast<int32_t>(t % 16), pos[t] = static_cast<int32_t>(t / 16);
+          DeviceArray d_qkv(qkv, dt), d_pos(pos), d_slots(slots), d_freq(inv_freq, DType::kF32), d_qn(qn, dt),
+              d_kn(kn, dt), d_k(k, dt), d_v(v, dt);
+          QkNormRopeParams p{.qkv = d_qkv.get(), .positions = d_pos.ints(),
+                             .inv_freq = static_cast<float*>(d_freq.get()),
+                             .q_norm_weight = rc.qk_norm ? d_qn.get() : nullptr,
+                             .k_norm_weight = rc.qk_norm ? d_kn.get() : nullptr, .tokens = tokens,
+                             .num_heads = rc.heads, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim, .eps = 1e-6f,
+                             .dtype = dt,
+                             .kv_append = KvAppendParams{.qkv = d_qkv.get(), .k_cache = d_k.get(), .v_cache = d_v.get(),
+                                                         .slots = d_slots.ints(), .positions = d_pos.ints(),
+                                                         .tokens = tokens, .num_heads = rc.heads, .cache = cache,
+                                                         .dtype = dt}};
+          cuda::qk_norm_rope(p, stream_);
+          sync();
+          QkNormRopeParams c = p;
+          c.qkv = qkv.data(), c.positions = pos.data(), c.inv_freq = inv_freq.data(), c.dtype = DType::kF32;
+          c.q_norm_weight = rc.qk_norm ? qn.data() : nullptr, c.k_norm_weight = rc.qk_norm ? kn.data() : nullptr;
+          c.kv_append->qkv = qkv.data(), c.kv_append->k_cache = k.data(), c.kv_append->v_cache = v.data();
+          c.kv_append->slots = slots.data(), c.kv_append->positions = pos.data(), c.kv_append->dtype = DType::kF32;
+          cpu::qk_norm_rope(c);
+          const std::string what = "rope+append tokens=" + std::to_string(tokens) +
+                                   " hd=" + std::to_string(rc.head_dim) + (head_major ? " head-major" : "");
+          expect_close(d_qkv.download(), qkv, dt, what + " qkv");
+          expect_close(d_k.download(), k, dt, what + " K");  // the rotated k, rounded once as in qkv
+          expect_close(d_v.download(), v, DType::kF32, what + " V");  // exact copies
+        }
 }
 
 struct StagedLinearCase {
