@@ -63,11 +63,6 @@ class Backend {
   virtual void to_host(void* host_dst, const void* src, int64_t bytes) = 0;
   // Copies bytes between this backend's memory, queued like the ops.
   virtual void copy_within(void* dst, const void* src, int64_t bytes) = 0;
-  // `rows` copies of row_bytes each, the rows `pitch` bytes apart in both.
-  virtual void copy_rows_within(void* dst, const void* src, int64_t row_bytes, int64_t rows, int64_t pitch) {
-    for (int64_t r = 0; r < rows; ++r)
-      copy_within(static_cast<char*>(dst) + r * pitch, static_cast<const char*>(src) + r * pitch, row_bytes);
-  }
   // Converts float32 host values to `dtype` and places them on the backend.
   Buffer upload(const std::vector<float>& host, DType dtype);
   // Memory the backend's ops write and the host reads directly, once the op

@@ -149,16 +149,13 @@ void Runner::copy_kv_prefix(int32_t from, int32_t to, int64_t positions) {
   if (from == to || positions == 0) return;
   const auto elem = static_cast<int64_t>(dtype_size(act_));
   // The first `positions` positions: one run of bytes position-major, one a kv head head-major.
-  const int64_t row_bytes = positions * cs.position_stride() * elem;
+  const int64_t runs = cs.head_major ? cs.num_kv_heads : 1;
+  const int64_t run_bytes = positions * cs.position_stride() * elem;
   for (int64_t l = 0; l < config_.num_layers; ++l)
     for (const Buffer* cache : {&k_cache_[static_cast<size_t>(l)], &v_cache_[static_cast<size_t>(l)]}) {
       auto* base = cache->as<uint8_t>();
-      uint8_t* dst = base + cs.offset(to, 0, 0) * elem;
-      const uint8_t* src = base + cs.offset(from, 0, 0) * elem;
-      if (cs.head_major)
-        backend_.copy_rows_within(dst, src, row_bytes, cs.num_kv_heads, cs.head_stride() * elem);
-      else
-        backend_.copy_within(dst, src, row_bytes);
+      for (int64_t h = 0; h < runs; ++h)
+        backend_.copy_within(base + cs.offset(to, 0, h) * elem, base + cs.offset(from, 0, h) * elem, run_bytes);
     }
 }
 

@@ -392,20 +392,5 @@ TEST(CpuBackend, LargeCopiesAreExactAndMeasured) {
   EXPECT_GT(be->memory_used_bytes(), bytes);
 }
 
-// copy_rows_within (the prefix copy of a head-major KV cache: one row a kv
-// head) copies each row and leaves the bytes between rows alone.
-TEST(CpuBackend, RowCopiesLeaveTheGapsBetweenRows) {
-  auto be = make_cpu_backend();
-  constexpr int64_t kPitch = 64, kRow = 40, kRows = 3;
-  Buffer a = be->alloc(2 * kPitch * kRows);
-  auto* bytes = a.as<uint8_t>();
-  for (int64_t i = 0; i < 2 * kPitch * kRows; ++i) bytes[i] = static_cast<uint8_t>(i % 251);
-  std::vector<uint8_t> expected(bytes, bytes + 2 * kPitch * kRows);
-  for (int64_t r = 0; r < kRows; ++r)
-    std::memcpy(expected.data() + kPitch * kRows + r * kPitch, expected.data() + r * kPitch, kRow);
-  be->copy_rows_within(bytes + kPitch * kRows, bytes, kRow, kRows, kPitch);
-  EXPECT_EQ(std::memcmp(bytes, expected.data(), expected.size()), 0);
-}
-
 }  // namespace
 }  // namespace lockstep
