@@ -22,7 +22,18 @@ inline std::string read_file(const std::filesystem::path& p) {
   return s.str();
 }
 
-inline std::string binary() { return LOCKSTEP_BINARY; }
+// The lockstep executable beside the running test binary, so that a build
+// copied elsewhere (as onto the GPU machine) runs its own; else the one the
+// build made.
+inline std::string binary() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path beside = self.parent_path() / "lockstep";
+    if (std::filesystem::is_regular_file(beside, ec)) return beside.string();
+  }
+  return LOCKSTEP_BINARY;
+}
 
 // mpirun with what running as root in a container needs; --oversubscribe
 // because CI has 2 cores and the tests start up to 4 ranks.
