@@ -8,6 +8,11 @@
 // no_lower_writes (as a decode step sets it) and, for the rule, without.
 // Prints one row per (batch, cap): microseconds per launch, the KV bytes read
 // per second and their share of the copy bandwidth measured in the same run.
+// The microseconds are a launch rate: each launch is a programmatic dependent
+// of the one before, whose ramp and tail it overlaps, so a launch alone (as in
+// the step, after the small rope kernel and before cuBLASLt's o_proj) takes
+// longer (H100, batch 32: 45.5 us a launch here, 50.9-51.1 us from a launch's
+// first block to its last under kernel_timeline; benchmarks/RESULTS.md).
 // Run: build/attention_bench [iterations] [ctx] [batch cap [head_dim]]
 // (batch and cap select one row, e.g. for a profiler; head_dim, default 128,
 // another head size with the same heads).
