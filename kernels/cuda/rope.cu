@@ -98,9 +98,16 @@ __global__ void qk_norm_rope_kernel(RopeArgs<T> a) {
   const int64_t dst =
       cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + a.positions[t] * cache.position_stride;
   if (cache.k_cache != nullptr && blockIdx.y == 0) {
-    const int width = static_cast<int>(a.num_kv_heads * a.head_dim), hd = static_cast<int>(a.head_dim);
-    for (int i = static_cast<int>(threadIdx.x); i < width; i += static_cast<int>(blockDim.x))
-      cache.v_cache[dst + i / hd * cache.head_stride + i % hd] = row[(a.num_heads + a.num_kv_heads) * a.head_dim + i];
+    // The token's v heads: one contiguous run in a position-major cache (the
+    // GPU's), else a run a head with no division by head_dim per element.
+    const T* v_row = row + (a.num_heads + a.num_kv_heads) * a.head_dim;
+    if (cache.head_stride == a.head_dim) {
+      for (int64_t i = threadIdx.x; i < a.num_kv_heads * a.head_dim; i += blockDim.x) cache.v_cache[dst + i] = v_row[i];
+    } else {
+      for (int64_t h = 0; h < a.num_kv_heads; ++h)
+        for (int64_t i = threadIdx.x; i < a.head_dim; i += blockDim.x)
+          cache.v_cache[dst + h * cache.head_stride + i] = v_row[h * a.head_dim + i];
+    }
   }
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kRopeWarps + threadIdx.x / 32;
   if (h < a.num_heads + a.num_kv_heads) norm_rotate_head(a, row, h, dst, cos_s, sin_s);

@@ -82,6 +82,28 @@ inline std::vector<float> random_values(int64_t n, DType dtype, std::mt19937& rn
   return v;
 }
 
+// Uniform values of mean 0 and standard deviation `scale`, rounded to
+// `dtype` and back, from a splitmix64 stream seeded by `rng`: for the KV
+// caches' earlier context (~34 M values in the largest attention cases),
+// where mt19937's normal distribution took most of a test's host time. The
+// values need only be random; results are compared where they are read.
+inline std::vector<float> random_cache_values(int64_t n, DType dtype, std::mt19937& rng, float scale = 1.0f) {
+  uint64_t state = (static_cast<uint64_t>(rng()) << 32) | rng();
+  const float half_width = std::sqrt(3.0f) * scale;  // uniform on [-w, w]: standard deviation w / sqrt(3)
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) {
+    uint64_t z = state += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    x = (static_cast<float>(z >> 40) * 0x1p-23f - 1.0f) * half_width;  // 24 random bits onto [-1, 1)
+  }
+  std::vector<uint8_t> raw(v.size() * dtype_size(dtype));
+  convert_from_f32(v.data(), raw.data(), dtype, v.size());
+  convert_to_f32(raw.data(), dtype, v.data(), v.size());
+  return v;
+}
+
 // Tolerances, relative to the reference's largest magnitude, for results
 // that go through one final rounding to the dtype plus float32 arithmetic
 // in a different order than the CPU: float32 a few ulps of the sums (1e-5),

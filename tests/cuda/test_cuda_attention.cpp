@@ -74,7 +74,7 @@ class CudaAttentionTest : public CudaOpTest {
                              .head_dim = ac.head_dim};
     const int64_t cache_elems = cache.num_slots * cache.slot_stride();
     // Earlier context: the whole cache starts filled with random keys/values.
-    std::vector<float> k = random_values(cache_elems, dt, rng), v = random_values(cache_elems, dt, rng);
+    std::vector<float> k = random_cache_values(cache_elems, dt, rng), v = random_cache_values(cache_elems, dt, rng);
     const int64_t width = (ac.heads + 2 * ac.kv_heads) * ac.head_dim;
     std::vector<float> qkv = random_values(ac.tokens * width, dt, rng, 2.0f);
     std::vector<int32_t> slots(static_cast<size_t>(ac.tokens)), pos(static_cast<size_t>(ac.tokens));

@@ -177,8 +177,8 @@ TEST_F(CudaOpTest, QkNormRopeKvAppendMatchesCpu) {
           const int64_t width = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
           std::vector<float> qkv = random_values(tokens * width, dt, rng);
           std::vector<float> qn = random_values(rc.head_dim, dt, rng), kn = random_values(rc.head_dim, dt, rng);
-          std::vector<float> k = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
-          std::vector<float> v = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
+          std::vector<float> k = random_cache_values(cache.num_slots * cache.slot_stride(), dt, rng);
+          std::vector<float> v = random_cache_values(cache.num_slots * cache.slot_stride(), dt, rng);
           std::vector<int32_t> slots(static_cast<size_t>(tokens)), pos(static_cast<size_t>(tokens));
           for (int64_t t = 0; t < tokens; ++t)
             slots[t] = static_cast<int32_t>(t % 16), pos[t] = static_cast<int32_t>(t / 16);
@@ -302,8 +302,8 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         std::vector<float> x = random_values(rows * rc.in, dt, rng), w = random_values(out * rc.in, dt, rng, 0.1f);
         std::vector<float> b = random_values(out, dt, rng), y(static_cast<size_t>(rows * out));
         std::vector<float> qn = random_values(rc.head_dim, dt, rng), kn = random_values(rc.head_dim, dt, rng);
-        std::vector<float> k = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
-        std::vector<float> v = random_values(cache.num_slots * cache.slot_stride(), dt, rng);
+        std::vector<float> k = random_cache_values(cache.num_slots * cache.slot_stride(), dt, rng);
+        std::vector<float> v = random_cache_values(cache.num_slots * cache.slot_stride(), dt, rng);
         std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
         for (int64_t t = 0; t < rows; ++t)
           slots[t] = static_cast<int32_t>(t % 4), pos[t] = static_cast<int32_t>(2999 - 411 * t);
