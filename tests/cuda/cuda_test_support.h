@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -71,15 +72,20 @@ class DeviceArray {
   DType dtype_;
 };
 
+// `v` rounded to `dtype` and back.
+inline std::vector<float> rounded_to(DType dtype, std::vector<float> v) {
+  std::vector<uint8_t> raw(v.size() * dtype_size(dtype));
+  convert_from_f32(v.data(), raw.data(), dtype, v.size());
+  convert_to_f32(raw.data(), dtype, v.data(), v.size());
+  return v;
+}
+
 // Normal(0, scale) values, rounded to `dtype` and back.
 inline std::vector<float> random_values(int64_t n, DType dtype, std::mt19937& rng, float scale = 1.0f) {
   std::normal_distribution<float> dist(0.0f, scale);
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dist(rng);
-  std::vector<uint8_t> raw(v.size() * dtype_size(dtype));
-  convert_from_f32(v.data(), raw.data(), dtype, v.size());
-  convert_to_f32(raw.data(), dtype, v.data(), v.size());
-  return v;
+  return rounded_to(dtype, std::move(v));
 }
 
 // Uniform values of mean 0 and standard deviation `scale`, rounded to
@@ -98,10 +104,7 @@ inline std::vector<float> random_cache_values(int64_t n, DType dtype, std::mt199
     z ^= z >> 31;
     x = (static_cast<float>(z >> 40) * 0x1p-23f - 1.0f) * half_width;  // 24 random bits onto [-1, 1)
   }
-  std::vector<uint8_t> raw(v.size() * dtype_size(dtype));
-  convert_from_f32(v.data(), raw.data(), dtype, v.size());
-  convert_to_f32(raw.data(), dtype, v.data(), v.size());
-  return v;
+  return rounded_to(dtype, std::move(v));
 }
 
 // Tolerances, relative to the reference's largest magnitude, for results
