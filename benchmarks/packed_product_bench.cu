@@ -41,6 +41,7 @@
 #include "benchmarks/cuda_bench_support.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace {
 
@@ -90,12 +91,10 @@ __global__ void pack_weights(const __nv_bfloat16* w, __nv_bfloat16* packed, int6
   }
 }
 
+// The project's m16n8k16 on a lane's 16 bytes of A.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+  const uint32_t fragment[4] = {a.x, a.y, a.z, a.w};
+  lockstep::cuda::mma_16816<__nv_bfloat16>(d, fragment, b0, b1);
 }
 
 // A round's weights: kRound k blocks of both blocks of the pair, 16 bytes a lane each.
