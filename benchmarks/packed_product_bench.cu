@@ -24,9 +24,14 @@
 // 16 gate with the matching 16 up features and stores SiLU(gate)·up,
 // against cuBLASLt plus the SiLU·mul kernel. Packed weight layout:
 // [feature pair][k block of 16][block of the pair][lane][8 values].
+// Each split runs twice: from the packed weights, and ("rows") from W as
+// stored, read in the same fragment order (load_round_rows), which needs no
+// packing but gives a warp 32 rows x 128 bytes a round instead of one 4 KB
+// run (7-14% slower: RESULTS.md, twenty-eighth session).
 // Prints every split at 1, 8, 16, 32 and 64 rows, then a summary: the
-// fastest split against cuda::linear, % of the copy bandwidth, and the
-// largest difference from its output relative to its largest value.
+// fastest split of each layout against cuda::linear, % of the copy
+// bandwidth, and the largest difference from its output relative to its
+// largest value.
 // Run: build/packed_product_bench [iterations]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -106,8 +111,31 @@ __device__ __forceinline__ void load_round(uint4 (&a)[kRound][2], const uint4* w
       a[b][h] = load_streaming(reinterpret_cast<const unsigned char*>(wp + (kb + b) * 64 + h * 32));
 }
 
+// The same round from W as it is stored (row-major, no packing): lane (g, c)
+// reads bytes [32c, 32c + 32) of the round's 64-k group in rows g and g + 8
+// of each block of the pair, a[0..1][h] from row g and a[2..3][h] from row
+// g + 8. Those are the k that x's B fragments of the group's four k blocks
+// take (physical_k), so block j's A fragment is words 2j and 2j + 1 of both
+// rows (row_major_fragment); no data moves between lanes.
+__device__ __forceinline__ void load_round_rows(uint4 (&a)[kRound][2], const __nv_bfloat16* const (&row)[2],
+                                                int64_t k, int64_t kb) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const auto* r = reinterpret_cast<const unsigned char*>(row[h] + kb * 16);
+    a[0][h] = load_streaming(r), a[1][h] = load_streaming(r + 16);
+    a[2][h] = load_streaming(r + 16 * k), a[3][h] = load_streaming(r + 16 * k + 16);
+  }
+}
+
+template <bool RowMajor>
+__device__ __forceinline__ uint4 fragment(const uint4 (&a)[kRound][2], int j, int h) {
+  if constexpr (!RowMajor) return a[j][h];
+  const uint4 &g = a[j / 2][h], &g8 = a[2 + j / 2][h];
+  return j % 2 == 0 ? make_uint4(g.x, g8.x, g.y, g8.y) : make_uint4(g.z, g8.z, g.w, g8.w);
+}
+
 // The round's products: per n-tile, the lane's 32 bytes of its x row (zeros past the rows).
-template <int NT>
+template <int NT, bool RowMajor>
 __device__ __forceinline__ void mma_round(float (&acc)[2][NT][4], const uint4 (&a)[kRound][2],
                                           const __nv_bfloat16* x_lane, int64_t ld, int rows, int64_t kb) {
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -122,12 +150,13 @@ __device__ __forceinline__ void mma_round(float (&acc)[2][NT][4], const uint4 (&
 #pragma unroll
     for (int j = 0; j < kRound; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) mma_bf16(acc[h][t], a[j][h], bx[2 * j], bx[2 * j + 1]);
+      for (int h = 0; h < 2; ++h) mma_bf16(acc[h][t], fragment<RowMajor>(a, j, h), bx[2 * j], bx[2 * j + 1]);
   }
 }
 
 struct PackedArgs {
   const uint4* w;           // packed weights
+  const __nv_bfloat16* w_rows;  // or W as stored ([n, k] row-major), when w is null
   const __nv_bfloat16* x;   // [rows, k] row-major
   __nv_bfloat16* y;         // [rows, n], or [rows, n / 2] with silu
   float* partial;           // [grid_slices, 32, n] (grid_slices > 1)
@@ -167,20 +196,33 @@ __device__ __forceinline__ void slice_range(int64_t kb_count, int slice, int sli
   count = (slice + 1) * rounds / slices * kRound - kb0;
 }
 
-template <int NT>
+// A warp's k slice of its pair: two rounds in flight, from the packed
+// weights or (RowMajor) from W as stored, rows of the pair as pack_weights
+// pairs them (silu_pairs: gate block h = 0, up block h = 1).
+template <int NT, bool RowMajor, bool Silu>
 __device__ __forceinline__ void stream_slice(const PackedArgs& p, int64_t pair, int64_t kb0, int64_t count,
                                              float (&acc)[2][NT][4]) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const uint4* wp = p.w + (pair * (p.k / 16) + kb0) * 64 + lane;
+  const __nv_bfloat16* row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t first = Silu ? h * (p.n / 2) + pair * 16 : pair * 32 + h * 16;
+    row[h] = p.w_rows + (first + lane / 4) * p.k + kb0 * 16 + 16 * (lane % 4);
+  }
+  const auto load = [&](uint4 (&a)[kRound][2], int64_t kb) {
+    if constexpr (RowMajor) load_round_rows(a, row, p.k, kb);
+    else load_round(a, wp, kb);
+  };
   const __nv_bfloat16* x_lane = p.x + (lane / 4) * p.k + kb0 * 16 + 16 * (lane % 4);
   uint4 a0[kRound][2], a1[kRound][2];
-  load_round(a0, wp, 0);
+  load(a0, 0);
   for (int64_t kb = 0; kb < count; kb += 2 * kRound) {
-    if (kb + kRound < count) load_round(a1, wp, kb + kRound);
-    mma_round<NT>(acc, a0, x_lane, p.k, p.rows, kb);
+    if (kb + kRound < count) load(a1, kb + kRound);
+    mma_round<NT, RowMajor>(acc, a0, x_lane, p.k, p.rows, kb);
     if (kb + kRound >= count) break;
-    if (kb + 2 * kRound < count) load_round(a0, wp, kb + 2 * kRound);
-    mma_round<NT>(acc, a1, x_lane, p.k, p.rows, kb + kRound);
+    if (kb + 2 * kRound < count) load(a0, kb + 2 * kRound);
+    mma_round<NT, RowMajor>(acc, a1, x_lane, p.k, p.rows, kb + kRound);
   }
 }
 
@@ -193,7 +235,7 @@ __device__ __forceinline__ void stream_slice(const PackedArgs& p, int64_t pair, 
 // 255 for 8 (8).
 constexpr int max_threads(int n_tiles) { return n_tiles <= 2 ? 512 : n_tiles == 4 ? 384 : 256; }
 
-template <int NT, bool Silu>
+template <int NT, bool Silu, bool RowMajor>
 __global__ void __launch_bounds__(max_threads(NT), 1) packed_product(PackedArgs p) {
   extern __shared__ float shared_sums[];  // [warp][2 * NT * 4][lane]
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -206,7 +248,7 @@ __global__ void __launch_bounds__(max_threads(NT), 1) packed_product(PackedArgs 
   if (pair < pairs) {
     int64_t kb0, count;
     slice_range(p.k / 16, grid_slice * p.block_slices + in_block, p.grid_slices * p.block_slices, kb0, count);
-    stream_slice<NT>(p, pair, kb0, count, acc);
+    stream_slice<NT, RowMajor, Silu>(p, pair, kb0, count, acc);
   }
   if (p.block_slices > 1) {
     float* mine = shared_sums + warp * (2 * NT * 4) * 32 + lane;
@@ -272,19 +314,25 @@ std::vector<float> download_bf16(const void* d, int64_t count) {
   return out;
 }
 
-// Blocks of max(4, block_slices) warps.
-template <int NT, bool Silu>
-void launch_packed(const PackedArgs& a, cudaStream_t stream) {
+// Blocks of max(4, block_slices) warps; W as stored when a.w is null.
+template <int NT, bool Silu, bool RowMajor>
+void launch_layout(const PackedArgs& a, cudaStream_t stream) {
   const int warps = std::max(4, a.block_slices), pairs_per_block = warps / a.block_slices;
   const int64_t pair_groups = (a.n / 32 + pairs_per_block - 1) / pairs_per_block;
   const int shared = a.block_slices > 1 ? warps * 2 * NT * 4 * 32 * 4 : 0;
   static bool configured = false;
   if (!configured) {
-    LS_CHECK_CUDA(cudaFuncSetAttribute(packed_product<NT, Silu>, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536));
+    LS_CHECK_CUDA(cudaFuncSetAttribute(packed_product<NT, Silu, RowMajor>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, 65536));
     configured = true;
   }
-  packed_product<NT, Silu>
+  packed_product<NT, Silu, RowMajor>
       <<<static_cast<unsigned>(pair_groups * a.grid_slices), warps * 32, shared, stream>>>(a);
+}
+
+template <int NT, bool Silu>
+void launch_packed(const PackedArgs& a, cudaStream_t stream) {
+  a.w == nullptr ? launch_layout<NT, Silu, true>(a, stream) : launch_layout<NT, Silu, false>(a, stream);
 }
 
 template <bool Silu>
@@ -361,43 +409,51 @@ void bench_rows(const Shape& s, const ShapeBuffers& b, int rows, lockstep::cuda:
   const auto pct = [&](double us) { return 100.0 * bytes / us / 1e3 / copy; };
   std::printf("%-12s %2d rows linear%s %8.2f us %5.1f%%\n", s.name, rows, s.silu ? "+silu_mul" : "", cublas_us,
               pct(cublas_us));
-  double best = 1e30, best_diff = 0.0;
-  std::pair<int, int> best_split{0, 0};
   std::vector<std::pair<int, int>> splits;  // (block slices, grid slices)
   for (int g = 1; g <= 16; ++g) splits.push_back({1, g});
   for (int b : {2, 4, 8, 16}) splits.push_back({b, 1});
   for (int g : {2, 3, 4}) splits.push_back({4, g});
   for (int g : {2, 3}) splits.push_back({8, g});
-  for (const auto& [block_slices, grid_slices] : splits) {
-    if (rows > 16 && block_slices > 8) continue;  // 12 or 8 warps a block at most
-    PackedArgs a{.w = nullptr, .x = b.x, .y = b.y, .partial = b.partial, .arrivals = b.arrivals, .n = s.out,
-                 .k = s.in, .rows = rows, .block_slices = block_slices, .grid_slices = grid_slices};
-    const auto product = [&](int i) {
-      PackedArgs launch = a;
-      launch.w = reinterpret_cast<const uint4*>(b.wp[static_cast<size_t>(i % copies)]);
-      launch_packed(launch, s.silu, stream);
-    };
-    LS_CHECK_CUDA(cudaMemsetAsync(b.y, 0, 2 * kMaxRows * s.out, stream));
-    product(0);
-    LS_CHECK_CUDA(cudaGetLastError());
-    LS_CHECK_CUDA(cudaStreamSynchronize(stream));
-    const std::vector<float> got = download_bf16(b.y, rows * out);
-    double worst = 0.0, scale = 0.0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+  for (const bool row_major : {false, true}) {
+    const char* layout = row_major ? "rows  " : "packed";
+    double best = 1e30, best_diff = 0.0;
+    std::pair<int, int> best_split{0, 0};
+    for (const auto& [block_slices, grid_slices] : splits) {
+      if (rows > 16 && block_slices > 8) continue;  // 12 or 8 warps a block at most
+      PackedArgs a{.w = nullptr, .w_rows = nullptr, .x = b.x, .y = b.y, .partial = b.partial,
+                   .arrivals = b.arrivals, .n = s.out, .k = s.in, .rows = rows, .block_slices = block_slices,
+                   .grid_slices = grid_slices};
+      const auto product = [&](int i) {
+        PackedArgs launch = a;
+        const auto c = static_cast<size_t>(i % copies);
+        if (row_major)
+          launch.w_rows = b.w[c];
+        else
+          launch.w = reinterpret_cast<const uint4*>(b.wp[c]);
+        launch_packed(launch, s.silu, stream);
+      };
+      LS_CHECK_CUDA(cudaMemsetAsync(b.y, 0, 2 * kMaxRows * s.out, stream));
+      product(0);
+      LS_CHECK_CUDA(cudaGetLastError());
+      LS_CHECK_CUDA(cudaStreamSynchronize(stream));
+      const std::vector<float> got = download_bf16(b.y, rows * out);
+      double worst = 0.0, scale = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+      }
+      const double us = lockstep::bench::graphed_us(stream, per_graph, iters, product);
+      std::printf("%-12s %2d rows %s B x G %2d x %-2d warps %6lld %8.2f us %5.1f%%  max|diff|/max %.2e\n", s.name,
+                  rows, layout, block_slices, grid_slices,
+                  static_cast<long long>(s.out / 32 * block_slices * grid_slices), us, pct(us), worst / scale);
+      if (us < best) best = us, best_split = {block_slices, grid_slices}, best_diff = worst / scale;
     }
-    const double us = lockstep::bench::graphed_us(stream, per_graph, iters, product);
-    std::printf("%-12s %2d rows packed B x G %2d x %-2d warps %6lld %8.2f us %5.1f%%  max|diff|/max %.2e\n", s.name,
-                rows, block_slices, grid_slices, static_cast<long long>(s.out / 32 * block_slices * grid_slices), us,
-                pct(us), worst / scale);
-    if (us < best) best = us, best_split = {block_slices, grid_slices}, best_diff = worst / scale;
+    std::fprintf(summary,
+                 "%-12s %2d rows  linear %8.2f us %5.1f%%  %s B x G %2d x %-2d %8.2f us %5.1f%%  %+6.1f%%"
+                 "  diff %.1e\n",
+                 s.name, rows, cublas_us, pct(cublas_us), layout, best_split.first, best_split.second, best,
+                 pct(best), 100.0 * (cublas_us / best - 1.0), best_diff);
   }
-  std::fprintf(summary,
-               "%-12s %2d rows  linear %8.2f us %5.1f%%  packed B x G %2d x %-2d %8.2f us %5.1f%%  %+6.1f%%"
-               "  diff %.1e\n",
-               s.name, rows, cublas_us, pct(cublas_us), best_split.first, best_split.second, best, pct(best),
-               100.0 * (cublas_us / best - 1.0), best_diff);
 }
 
 }  // namespace
