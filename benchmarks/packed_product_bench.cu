@@ -116,7 +116,7 @@ __device__ __forceinline__ void load_round(uint4 (&a)[kRound][2], const uint4* w
 // of each block of the pair, a[0..1][h] from row g and a[2..3][h] from row
 // g + 8. Those are the k that x's B fragments of the group's four k blocks
 // take (physical_k), so block j's A fragment is words 2j and 2j + 1 of both
-// rows (row_major_fragment); no data moves between lanes.
+// rows (fragment<true>); no data moves between lanes.
 __device__ __forceinline__ void load_round_rows(uint4 (&a)[kRound][2], const __nv_bfloat16* const (&row)[2],
                                                 int64_t k, int64_t kb) {
 #pragma unroll
