@@ -59,6 +59,12 @@ class Backend {
   // The KV cache layout the backend's attention reads fastest
   // (KvCacheShape::head_major): head-major on the CPU.
   virtual bool kv_cache_head_major() const { return false; }
+  // Whether the layer's two RMSNorm weights are folded into W_qkv and
+  // W_gate_up at load, so that the layer runs no norm kernels (Runner). The
+  // CPU backend keeps 16-bit weights and float32 arithmetic, where the fold's
+  // rounding of W·g would be the largest error left; the GPU's bf16 path
+  // rounds as much elsewhere.
+  virtual bool folds_input_norms() const { return false; }
   virtual void to_backend(void* dst, const void* host_src, int64_t bytes) = 0;
   virtual void to_host(void* host_dst, const void* src, int64_t bytes) = 0;
   // Copies bytes between this backend's memory, queued like the ops.

@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
   }
   DType act_dtype() const override { return dtype_; }
   DType weight_dtype() const override { return dtype_; }
+  bool folds_input_norms() const override { return true; }
 
   Buffer alloc(int64_t bytes) override {
     void* p = nullptr;

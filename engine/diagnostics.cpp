@@ -55,7 +55,8 @@ void Runner::log_layer_diagnostics(int64_t layer, double seconds) {
   if (diag_.timing) spdlog::info("diag timing: layer {} {:.3f} ms", layer, seconds * 1e3);
   if (!diag_.numerics) return;
   // After a layer the stream is the residual plus the all-reduced partial
-  // (the next norm adds them): summed here in float32.
+  // (the next norm adds them): summed here in float32. With the norms folded
+  // the products have added them already.
   const int64_t n = tokens_ * config_.hidden_size;
   auto download = [&](const Buffer& from) {
     std::vector<uint8_t> raw(static_cast<size_t>(n) * dtype_size(act_));
@@ -64,9 +65,11 @@ void Runner::log_layer_diagnostics(int64_t layer, double seconds) {
     convert_to_f32(raw.data(), act_, v.data(), v.size());
     return v;
   };
-  std::vector<float> v = download(residual_[(2 * layer + 1) % 2]);
-  const std::vector<float> partial = download(partial_);
-  for (size_t i = 0; i < v.size(); ++i) v[i] += partial[i];
+  std::vector<float> v = download(stream(fold_norms_ ? 2 * layer + 2 : 2 * layer + 1));
+  if (!fold_norms_) {
+    const std::vector<float> partial = download(partial_);
+    for (size_t i = 0; i < v.size(); ++i) v[i] += partial[i];
+  }
   double lo = INFINITY, hi = -INFINITY, sum = 0, sq = 0;
   int64_t nonfinite = 0;
   for (float x : v) {

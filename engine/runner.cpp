@@ -31,7 +31,8 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
       backend_(backend),
       limits_(limits),
       diag_(diag),
-      act_(backend.act_dtype()) {
+      act_(backend.act_dtype()),
+      fold_norms_(backend.folds_input_norms()) {
   limits_.validate();
   const int64_t T = limits_.max_step_tokens;
   const int64_t hd = config_.head_dim;
@@ -61,6 +62,7 @@ Runner::Runner(const ModelConfig& config, const ShardPlan& plan, ModelWeights we
   qkv_ = alloc_elems(backend_, T * (plan_.q_heads_local + 2 * plan_.kv_heads_local) * hd, act_);
   attn_ = alloc_elems(backend_, T * plan_.q_heads_local * hd, act_);
   partial_ = alloc_elems(backend_, T * hidden, act_);
+  layer_out_ = &partial_;
   gate_up_ = alloc_elems(backend_, T * 2 * plan_.inter_local, act_);
   act_buf_ = alloc_elems(backend_, T * plan_.inter_local, act_);
   lm_partial_ = alloc_elems(backend_, limits_.max_logit_rows * hidden, act_);
@@ -171,6 +173,10 @@ void Runner::embed() {
                                      .table_dtype = backend_.weight_dtype()});
 }
 
+// Sub-phase k's residual stream (2·layer before attention, 2·layer + 1
+// before the MLP, 2·layers before the LM head).
+const Buffer& Runner::stream(int64_t k) const { return residual_[k % 2]; }
+
 RmsNormParams Runner::input_norm(int64_t k, const Buffer& weight) const {
   RmsNormParams p{.weight = weight.data(),
                   .out = normed_.data(),
@@ -178,8 +184,8 @@ RmsNormParams Runner::input_norm(int64_t k, const Buffer& weight) const {
                   .cols = config_.hidden_size,
                   .eps = static_cast<float>(config_.rms_norm_eps),
                   .dtype = act_};
-  if (k == 0) {
-    p.x = residual_[0].data();
+  if (k == 0 || fold_norms_) {
+    p.x = stream(k).data();  // folded: the products already added the residual
   } else {
     p.x = partial_.data();
     p.residual = residual_[(k - 1) % 2].data();
@@ -215,17 +221,18 @@ void Runner::pre_o_proj(int64_t layer) {
                                                           .num_heads = plan_.q_heads_local,
                                                           .cache = cs,
                                                           .dtype = act_}};
-  backend_.linear(LinearParams{.x = normed_.data(),
-                               .weight = w.qkv.data(),
-                               .bias = w.qkv_bias.data(),
-                               .y = qkv_.data(),
-                               .rows = tokens_,
-                               .in_features = config_.hidden_size,
-                               .out_features = qkv_width,
-                               .act_dtype = act_,
-                               .weight_dtype = backend_.weight_dtype(),
-                               .input_norm = input_norm(2 * layer, w.input_norm),
-                               .qk_norm_rope = rope});
+  LinearParams qkv{.x = normed_.data(),
+                   .weight = w.qkv.data(),
+                   .bias = w.qkv_bias.data(),
+                   .y = qkv_.data(),
+                   .rows = tokens_,
+                   .in_features = config_.hidden_size,
+                   .out_features = qkv_width,
+                   .act_dtype = act_,
+                   .weight_dtype = backend_.weight_dtype(),
+                   .qk_norm_rope = rope};
+  normed_input(qkv, 2 * layer, w.input_norm);
+  backend_.linear(qkv);
   backend_.attention(AttentionParams{.qkv = qkv_.data(),
                                      .k_cache = k_cache_[l].data(),
                                      .v_cache = v_cache_[l].data(),
@@ -246,41 +253,62 @@ void Runner::o_proj(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   // o_proj is row-parallel: its (replicated) bias is added by rank 0 only,
   // so the all-reduce that follows adds it exactly once.
-  backend_.linear(LinearParams{.x = attn_.data(),
-                               .weight = w.o_proj.data(),
-                               .bias = plan_.rank == 0 ? w.o_bias.data() : nullptr,
-                               .y = partial_.data(),
-                               .rows = tokens_,
-                               .in_features = plan_.q_heads_local * config_.head_dim,
-                               .out_features = config_.hidden_size,
-                               .act_dtype = act_,
-                               .weight_dtype = backend_.weight_dtype()});
+  LinearParams o{.x = attn_.data(),
+                 .weight = w.o_proj.data(),
+                 .bias = plan_.rank == 0 ? w.o_bias.data() : nullptr,
+                 .rows = tokens_,
+                 .in_features = plan_.q_heads_local * config_.head_dim,
+                 .out_features = config_.hidden_size,
+                 .act_dtype = act_,
+                 .weight_dtype = backend_.weight_dtype()};
+  add_residual(o, 2 * layer + 1);
+  backend_.linear(o);
+}
+
+void Runner::normed_input(LinearParams& p, int64_t k, const Buffer& norm_weight) const {
+  if (fold_norms_) {
+    p.x = stream(k).data();
+    p.input_rms = InputRms{.eps = static_cast<float>(config_.rms_norm_eps)};
+  } else {
+    p.input_norm = input_norm(k, norm_weight);
+  }
+}
+
+// Folded: the product writes sub-phase k's stream, rank 0 adding the one
+// before (so that the all-reduce adds it once); else the partial, which the
+// next norm adds.
+void Runner::add_residual(LinearParams& p, int64_t k) {
+  layer_out_ = fold_norms_ ? &stream(k) : &partial_;
+  p.y = layer_out_->data();
+  if (fold_norms_ && plan_.rank == 0) p.residual = stream(k - 1).data();
 }
 
 void Runner::mlp(int64_t layer) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  backend_.linear(LinearParams{.x = normed_.data(),
-                               .weight = w.gate_up.data(),
-                               .y = gate_up_.data(),
-                               .rows = tokens_,
-                               .in_features = config_.hidden_size,
-                               .out_features = 2 * plan_.inter_local,
-                               .act_dtype = act_,
-                               .weight_dtype = backend_.weight_dtype(),
-                               .input_norm = input_norm(2 * layer + 1, w.post_attn_norm),
-                               .silu_mul = SiluMulParams{.gate_up = gate_up_.data(),
-                                                         .out = act_buf_.data(),
-                                                         .rows = tokens_,
-                                                         .inter = plan_.inter_local,
-                                                         .dtype = act_}});
-  backend_.linear(LinearParams{.x = act_buf_.data(),
-                               .weight = w.down.data(),
-                               .y = partial_.data(),
-                               .rows = tokens_,
-                               .in_features = plan_.inter_local,
-                               .out_features = config_.hidden_size,
-                               .act_dtype = act_,
-                               .weight_dtype = backend_.weight_dtype()});
+  LinearParams gate_up{.x = normed_.data(),
+                       .weight = w.gate_up.data(),
+                       .y = gate_up_.data(),
+                       .rows = tokens_,
+                       .in_features = config_.hidden_size,
+                       .out_features = 2 * plan_.inter_local,
+                       .act_dtype = act_,
+                       .weight_dtype = backend_.weight_dtype(),
+                       .silu_mul = SiluMulParams{.gate_up = gate_up_.data(),
+                                                 .out = act_buf_.data(),
+                                                 .rows = tokens_,
+                                                 .inter = plan_.inter_local,
+                                                 .dtype = act_}};
+  normed_input(gate_up, 2 * layer + 1, w.post_attn_norm);
+  backend_.linear(gate_up);
+  LinearParams down{.x = act_buf_.data(),
+                    .weight = w.down.data(),
+                    .rows = tokens_,
+                    .in_features = plan_.inter_local,
+                    .out_features = config_.hidden_size,
+                    .act_dtype = act_,
+                    .weight_dtype = backend_.weight_dtype()};
+  add_residual(down, 2 * layer + 2);
+  backend_.linear(down);
 }
 
 // The final norm runs on the logit rows only. When they are not simply all
@@ -303,9 +331,11 @@ void Runner::lm_head() {
                                          .table_dtype = act_});
     };
     gather(norm.x, lm_partial_);
-    gather(norm.residual, lm_residual_);
     norm.x = lm_partial_.data();
-    norm.residual = lm_residual_.data();
+    if (norm.residual != nullptr) {
+      gather(norm.residual, lm_residual_);
+      norm.residual = lm_residual_.data();
+    }
     norm.rows = logit_rows_;
   }
   backend_.linear(LinearParams{.x = normed_.data(),
@@ -383,7 +413,7 @@ void Runner::sample(const void* gathered_logits) {
 }
 
 Runner::Span Runner::embedding_partial() const { return {residual_[0].data(), tokens_ * config_.hidden_size}; }
-Runner::Span Runner::layer_partial() const { return {partial_.data(), tokens_ * config_.hidden_size}; }
+Runner::Span Runner::layer_partial() const { return {layer_out_->data(), tokens_ * config_.hidden_size}; }
 Runner::Span Runner::logits_local() const { return {logits_.data(), logit_rows_ * plan_.vocab_local}; }
 
 }  // namespace lockstep

@@ -29,9 +29,12 @@ class Runner {
   // the previous sub-phase's all-reduced partial and the residual stream,
   // and writes the new residual to the other of two buffers (a fused kernel
   // reads the old residual in every block while one block writes the new).
+  // Where the backend folds the layer's norms (Backend::folds_input_norms),
+  // o_proj and down write the new residual themselves and layer_partial()
+  // is that buffer (see stream() below).
   void embed();                    // residual <- this rank's share of the embedding
   void pre_o_proj(int64_t layer);  // input norm, QKV (+bias), q/k norm, RoPE + KV append, attention
-  void o_proj(int64_t layer);      // partial <- attention · o_projᵀ (row-parallel)
+  void o_proj(int64_t layer);      // partial (or the new residual) <- attention · o_projᵀ (row-parallel)
   void mlp(int64_t layer);         // post-attention norm, down(silu(gate) · up) -> partial (row-parallel)
   void lm_head();                  // final norm; logits_local <- normed[logit rows] · lm_headᵀ
   void argmax();                   // per logit row and split: best logit of this rank's share and its column
@@ -103,6 +106,13 @@ class Runner {
   // normed_, the sum into the other residual buffer; norm 0 normalizes the
   // embedding alone.
   RmsNormParams input_norm(int64_t k, const Buffer& weight) const;
+  // Where backend.folds_input_norms() (the norm weights folded into W_qkv
+  // and W_gate_up at load), the layer runs no norm kernels: qkv and gate_up
+  // read the stream itself with LinearParams::input_rms, and o_proj and down
+  // add the residual (LinearParams::residual) into the next stream buffer.
+  const Buffer& stream(int64_t k) const;
+  void normed_input(LinearParams& p, int64_t k, const Buffer& norm_weight) const;
+  void add_residual(LinearParams& p, int64_t k);
   void log_batch_diagnostics(const BatchDesc& batch) const;
 
   ModelConfig config_;
@@ -112,6 +122,8 @@ class Runner {
   RunnerLimits limits_;
   Diagnostics diag_;
   DType act_;
+  bool fold_norms_;
+  const Buffer* layer_out_ = nullptr;  // what o_proj or down wrote last (layer_partial)
   std::vector<float> inv_freq_host_;
   Buffer inv_freq_;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer

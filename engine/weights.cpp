@@ -40,7 +40,11 @@ class WeightReader {
     int64_t begin;
     int64_t count;
   };
-  Buffer rows(const std::vector<RowSlice>& slices, int64_t cols, DType dtype) {
+  // With column_scale ([cols]), each row is multiplied by it element-wise
+  // and rounded back to dtype: an RMSNorm weight folded into the product
+  // that follows the norm (Backend::folds_input_norms).
+  Buffer rows(const std::vector<RowSlice>& slices, int64_t cols, DType dtype,
+              const std::vector<float>* column_scale = nullptr) {
     int64_t total = 0;
     for (const auto& s : slices) total += s.count;
     const auto row_bytes = cols * static_cast<int64_t>(dtype_size(dtype));
@@ -50,10 +54,21 @@ class WeightReader {
       read_sharded(s.name, s.begin, s.begin + s.count, 0, cols, dtype, t.host + at * row_bytes);
       at += s.count;
     }
+    if (column_scale != nullptr) scale_columns(t.host, total, cols, dtype, *column_scale);
     return finish(std::move(t));
   }
 
+  // A buffer of `numel` elements of `dtype` in backend memory, as float32 on the host.
+  std::vector<float> host_floats(const Buffer& buf, int64_t numel, DType dtype) {
+    std::vector<uint8_t> raw(static_cast<size_t>(numel) * dtype_size(dtype));
+    backend_.to_host(raw.data(), buf.data(), static_cast<int64_t>(raw.size()));
+    std::vector<float> out(static_cast<size_t>(numel));
+    convert_to_f32(raw.data(), dtype, out.data(), out.size());
+    return out;
+  }
+
   DType weight_dtype() const { return backend_.weight_dtype(); }
+  bool folds_input_norms() const { return backend_.folds_input_norms(); }
 
   // Columns [begin, begin + count) of a [rows, cols] tensor.
   Buffer cols(const std::string& name, int64_t rows, int64_t begin, int64_t count) {
@@ -94,6 +109,23 @@ class WeightReader {
   }
 
  private:
+  static void scale_columns(uint8_t* host, int64_t rows, int64_t cols, DType dtype, const std::vector<float>& scale) {
+    LS_REQUIRE(static_cast<int64_t>(scale.size()) == cols, ErrorKind::kInternal, "column scale of {} for {} columns",
+               scale.size(), cols);
+    const auto row_bytes = cols * static_cast<int64_t>(dtype_size(dtype));
+#pragma omp parallel
+    {
+      std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        uint8_t* at = host + r * row_bytes;
+        convert_to_f32(at, dtype, row.data(), row.size());
+        for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] *= scale[static_cast<size_t>(c)];
+        convert_from_f32(row.data(), at, dtype, row.size());
+      }
+    }
+  }
+
   void read_sharded(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, DType dtype,
                     void* dst) {
     uint64_t before = store_.bytes_read();
@@ -151,13 +183,19 @@ LayerWeights load_layer(WeightReader& r, const ModelConfig& c, const ShardPlan& 
         {layer_name(l, fmt::format("self_attn.k_proj.{}", suffix).c_str()), p.kv_head_begin * hd, p.kv_heads_local * hd},
         {layer_name(l, fmt::format("self_attn.v_proj.{}", suffix).c_str()), p.kv_head_begin * hd, p.kv_heads_local * hd}};
   };
-  w.qkv = r.rows(qkv_slices("weight"), hidden, r.weight_dtype());
+  // Where the backend folds the norms, their weights go into the products that read the normed rows.
+  std::vector<float> input_g, post_attn_g;
+  if (r.folds_input_norms()) {
+    input_g = r.host_floats(w.input_norm, hidden, act);
+    post_attn_g = r.host_floats(w.post_attn_norm, hidden, act);
+  }
+  w.qkv = r.rows(qkv_slices("weight"), hidden, r.weight_dtype(), input_g.empty() ? nullptr : &input_g);
   if (c.qkv_bias) w.qkv_bias = r.rows(qkv_slices("bias"), 1, act);
   w.o_proj = r.cols(layer_name(l, "self_attn.o_proj.weight"), hidden, p.q_head_begin * hd, p.q_heads_local * hd);
   if (c.o_bias) w.o_bias = r.replicated(layer_name(l, "self_attn.o_proj.bias"), hidden, act);
   w.gate_up = r.rows({{layer_name(l, "mlp.gate_proj.weight"), p.inter_begin, p.inter_local},
                       {layer_name(l, "mlp.up_proj.weight"), p.inter_begin, p.inter_local}},
-                     hidden, r.weight_dtype());
+                     hidden, r.weight_dtype(), post_attn_g.empty() ? nullptr : &post_attn_g);
   w.down = r.cols(layer_name(l, "mlp.down_proj.weight"), hidden, p.inter_begin, p.inter_local);
   return w;
 }

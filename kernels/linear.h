@@ -13,6 +13,14 @@
 //     goes through SiLU·mul into silu_mul->out;
 //   qk_norm_rope: the product's output is the fused QKV rows, which go
 //     through the q/k norm, RoPE and the KV append in place.
+//   input_rms: x holds an RMSNorm's input rows and the norm's weight is
+//     folded into W (W[o, i] · g[i], at load): each output row r is
+//     y[r, :] = (x[r, :]·Wᵀ) / sqrt(mean(x[r, :]²) + eps) + bias, which is
+//     the product of the normed rows without a norm kernel. The output stage
+//     (silu_mul or qk_norm_rope, one is required) reads the scaled rows; a
+//     backend may scale inside that stage.
+//   residual: y = x·Wᵀ + bias + residual (the residual add that follows
+//     o_proj and down, folded into the product).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +32,10 @@
 #include "kernels/silu_mul.h"
 
 namespace lockstep {
+
+struct InputRms {
+  float eps = 0.0f;  // the folded norm's epsilon, from the model's config
+};
 
 struct LinearParams {
   const void* x = nullptr;       // [rows, in_features], row stride x_stride
@@ -45,6 +57,10 @@ struct LinearParams {
   // Runs after the product on y (the QKV rows); a fused kernel writes y and
   // the KV cache as the op would.
   std::optional<QkNormRopeParams> qk_norm_rope;
+  // Rows of x scaled by their inverse RMS after the product (see above).
+  std::optional<InputRms> input_rms;
+  // [rows, out_features], added to y; must not alias x or y.
+  const void* residual = nullptr;
   int64_t x_row_stride() const { return x_stride == 0 ? in_features : x_stride; }
   void validate() const {
     LS_OP_REQUIRE(x && weight && y, "linear", "null pointer");
@@ -60,6 +76,15 @@ struct LinearParams {
                     "linear", "the input norm must write x ([rows, in_features], {})", dtype_name(act_dtype));
       LS_OP_REQUIRE(!n.residual_out || (n.residual_out != n.residual && n.residual_out != n.x), "linear",
                     "the input norm's residual_out aliases its input");
+    }
+    if (input_rms) {
+      LS_OP_REQUIRE(input_rms->eps > 0.0f && !input_norm && x_row_stride() == in_features &&
+                        (silu_mul || qk_norm_rope),
+                    "linear", "input_rms needs eps > 0, contiguous x, no input norm and an output stage");
+    }
+    if (residual != nullptr) {
+      LS_OP_REQUIRE(residual != y && residual != x && !silu_mul && !qk_norm_rope, "linear",
+                    "the residual must not alias x or y, and y must be the product's output");
     }
     if (silu_mul) {
       const SiluMulParams& s = *silu_mul;

@@ -539,6 +539,84 @@ TEST(LinearStages, SameAsTheOpsInSequence) {
   EXPECT_EQ(act, want_act);
 }
 
+// input_rms with the norm weight folded into W (W[o, i] · g[i]) is the
+// product of the normed rows: against rms_norm then the product with W, in
+// float64, with and without a bias and at one row and several; the SiLU·mul
+// stage then reads the scaled rows. residual adds a row to each output row.
+TEST(LinearStages, FoldedInputNormAndResidualMatchTheUnfoldedOps) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  auto fill = [&](size_t n, float scale) { std::vector<float> v(n); for (float& e : v) e = scale * d(rng); return v; };
+  const int64_t in = 37, inter = 5;
+  const float eps = 1e-5f;
+  for (int64_t rows : {1, 4})
+    for (bool bias : {false, true}) {
+      std::vector<float> x = fill(rows * in, 3.0f), g = fill(in, 1.0f), w = fill(2 * inter * in, 0.2f);
+      std::vector<float> b = fill(2 * inter, 1.0f), folded(w.size()), y(rows * 2 * inter), act(rows * inter);
+      for (int64_t o = 0; o < 2 * inter; ++o)
+        for (int64_t i = 0; i < in; ++i) folded[o * in + i] = w[o * in + i] * g[i];
+      LinearParams p{.x = x.data(), .weight = folded.data(), .bias = bias ? b.data() : nullptr, .y = y.data(),
+                     .rows = rows, .in_features = in, .out_features = 2 * inter,
+                     .silu_mul = SiluMulParams{.gate_up = y.data(), .out = act.data(), .rows = rows, .inter = inter},
+                     .input_rms = InputRms{.eps = eps}};
+      cpu::linear(p);
+      std::vector<double> want_y(y.size()), want_act(act.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        double sq = 0.0;
+        for (int64_t i = 0; i < in; ++i) sq += static_cast<double>(x[r * in + i]) * x[r * in + i];
+        const double inv = 1.0 / std::sqrt(sq / in + eps);
+        for (int64_t o = 0; o < 2 * inter; ++o) {
+          double s = bias ? b[o] : 0.0;
+          for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * inv * g[i] * static_cast<double>(w[o * in + i]);
+          want_y[r * 2 * inter + o] = s;
+        }
+        for (int64_t o = 0; o < inter; ++o) {
+          const double gate = want_y[r * 2 * inter + o], up = want_y[r * 2 * inter + inter + o];
+          want_act[r * inter + o] = gate / (1.0 + std::exp(-gate)) * up;
+        }
+      }
+      expect_close(y, want_y, "folded input norm: y");
+      expect_close(act, want_act, "folded input norm: silu_mul");
+      // The residual add (o_proj and down): y = x·Wᵀ + bias + residual.
+      std::vector<float> res = fill(rows * 2 * inter, 4.0f), y2(y.size());
+      cpu::linear(LinearParams{.x = x.data(), .weight = w.data(), .bias = bias ? b.data() : nullptr, .y = y2.data(),
+                               .rows = rows, .in_features = in, .out_features = 2 * inter, .residual = res.data()});
+      std::vector<double> want_y2(y2.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t o = 0; o < 2 * inter; ++o) {
+          double s = (bias ? b[o] : 0.0) + res[r * 2 * inter + o];
+          for (int64_t i = 0; i < in; ++i) s += static_cast<double>(x[r * in + i]) * w[o * in + i];
+          want_y2[r * 2 * inter + o] = s;
+        }
+      expect_close(y2, want_y2, "residual");
+    }
+}
+
+// input_rms needs an output stage to read the scaled rows and rules out an
+// input norm; the residual may not alias x or y.
+TEST(LinearStages, MiswiredFoldedNormAndResidualAreRefused) {
+  std::vector<float> x(8, 1.0f), w(8 * 4, 0.5f), y(4), act(2), res(4, 1.0f), nw(8, 1.0f), normed(8);
+  LinearParams p{.x = x.data(), .weight = w.data(), .y = y.data(), .rows = 1, .in_features = 8, .out_features = 4,
+                 .silu_mul = SiluMulParams{.gate_up = y.data(), .out = act.data(), .rows = 1, .inter = 2},
+                 .input_rms = InputRms{.eps = 1e-6f}};
+  EXPECT_NO_THROW(cpu::linear(p));
+  expect_refused(p, [&](LinearParams& q) { q.silu_mul.reset(); });          // no stage reads the rows
+  expect_refused(p, [&](LinearParams& q) { q.input_rms->eps = 0.0f; });     // no epsilon
+  expect_refused(p, [&](LinearParams& q) { q.x_stride = 9; });              // rows not contiguous
+  expect_refused(p, [&](LinearParams& q) {                                  // and an input norm
+    q.x = normed.data();
+    q.input_norm = RmsNormParams{.x = x.data(), .weight = nw.data(), .out = normed.data(), .rows = 1, .cols = 8,
+                                 .eps = 1e-6f};
+  });
+  LinearParams r{.x = x.data(), .weight = w.data(), .y = y.data(), .rows = 1, .in_features = 8, .out_features = 4,
+                 .residual = res.data()};
+  EXPECT_NO_THROW(cpu::linear(r));
+  expect_refused(r, [&](LinearParams& q) { q.residual = y.data(); });  // aliases y
+  expect_refused(r, [&](LinearParams& q) {                             // y is not the product's output
+    q.silu_mul = SiluMulParams{.gate_up = y.data(), .out = act.data(), .rows = 1, .inter = 2};
+  });
+}
+
 // The CPU ops split their outputs over threads; every output is computed as
 // with one thread, so the results are identical to the bit.
 TEST(CpuThreads, ResultsDoNotDependOnTheCount) {

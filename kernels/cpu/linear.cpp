@@ -1,6 +1,7 @@
 #include "kernels/linear.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "kernels/cpu/cpu_common.h"
@@ -167,6 +168,26 @@ void tiled_products(const LinearParams& p) {
   tiled_products<Tile2x4>(p);
 }
 
+// input_rms and residual after the products: y[r, :] times x[r, :]'s inverse RMS (float64 sum of
+// squares), plus the bias (which the products then left out), plus the residual row.
+void scale_and_add_rows(const LinearParams& p) {
+  const auto* x = static_cast<const float*>(p.x);
+  const auto* bias = static_cast<const float*>(p.bias);
+  const auto* residual = static_cast<const float*>(p.residual);
+  auto* y = static_cast<float*>(p.y);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    float* row = y + r * p.out_features;
+    if (p.input_rms) {
+      double sq = 0.0;
+      for (int64_t i = 0; i < p.in_features; ++i) sq += static_cast<double>(x[r * p.in_features + i]) * x[r * p.in_features + i];
+      const auto inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(p.in_features) + p.input_rms->eps));
+      for (int64_t o = 0; o < p.out_features; ++o) row[o] = row[o] * inv + (bias != nullptr ? bias[o] : 0.0f);
+    }
+    if (residual != nullptr)
+      for (int64_t o = 0; o < p.out_features; ++o) row[o] += residual[r * p.out_features + o];
+  }
+}
+
 }  // namespace
 
 // Each output is one dot product (cpu::dot's eight partial sums, in its
@@ -186,11 +207,15 @@ void linear(const LinearParams& p) {
   p.validate();
   if (p.input_norm) rms_norm(*p.input_norm);
   require_f32(p.act_dtype, "linear");
+  // With input_rms the bias comes after the rows' scale, so the products leave it out.
+  LinearParams product = p;
+  if (p.input_rms) product.bias = nullptr;
   if (p.rows == 1 && p.weight_dtype != DType::kF16) {
-    one_row_products(p);
+    one_row_products(product);
   } else {
-    tiled_products(p);
+    tiled_products(product);
   }
+  if (p.input_rms || p.residual) scale_and_add_rows(p);
   if (p.silu_mul) silu_mul(*p.silu_mul);
   if (p.qk_norm_rope) qk_norm_rope(*p.qk_norm_rope);
 }

@@ -27,7 +27,7 @@ void rms_norm(const RmsNormParams& p) {
     for (int64_t c = 0; c < p.cols; ++c) sq += static_cast<double>(src[c]) * src[c];
     float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(p.cols) + p.eps));
     float* o = out + r * p.cols;
-    for (int64_t c = 0; c < p.cols; ++c) o[c] = src[c] * inv * w[c];
+    for (int64_t c = 0; c < p.cols; ++c) o[c] = src[c] * inv * (w != nullptr ? w[c] : 1.0f);
   }
 }
 

@@ -84,6 +84,27 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
+// A folded RMSNorm's row scale (LinearParams::input_rms): 1 / sqrt(mean(row²)
+// + eps) over `cols` elements, summed by the whole block; every thread must
+// call it, and every thread gets the result (as rms_norm_kernel computes it).
+template <typename T>
+__device__ float inverse_rms(const T* row, int64_t cols, float eps) {
+  constexpr int N = kVec16<T>;
+  float sq = 0.0f;
+  if (cols % N == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+#pragma unroll 4
+    for (int64_t c = static_cast<int64_t>(threadIdx.x) * N; c < cols; c += static_cast<int64_t>(blockDim.x) * N) {
+      Vec<T, N> v;
+      v.load(row + c);
+#pragma unroll
+      for (int i = 0; i < N; ++i) sq += v.get(i) * v.get(i);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sq += to_float(row[c]) * to_float(row[c]);
+  }
+  return rsqrtf(block_sum(sq) / static_cast<float>(cols) + eps);
+}
+
 // Programmatic dependent launch (see check.h). wait_for_producers() returns
 // once every earlier kernel in the stream has finished and its writes are
 // visible; allow_consumers_launch() lets the next kernel be scheduled (called

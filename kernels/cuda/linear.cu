@@ -13,7 +13,10 @@
 // (features i and i + head_dim/2 of a head) in its eight warps, rotates the
 // rounded values as the rope kernel does and writes them to y and the
 // cache, which saves the rope kernel at batch 1-2. The input norm runs as its
-// own kernel before the product. Staging the normed input in every block
+// own kernel before the product; so does the scale of a folded input norm
+// (LinearParams::input_rms: a norm kernel with no weight, into scratch), and
+// the GEMV adds LinearParams::residual in its epilogue. Larger products with
+// input_rms leave the scale and the bias to the output stage's kernel. Staging the normed input in every block
 // of the GEMV grid was measured slower than that kernel (H200, llama3-8b
 // shapes: gate_up 69.7 us staged against 62.0 us plain, lm_head 297.6 against
 // 249.4; benchmarks/NOTES.md).
@@ -36,6 +39,8 @@ namespace lockstep::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
+// The GEMV's rows scaled for a folded input norm: 2 rows of 65536 float32.
+constexpr size_t kNormedBytes = 2 * 65536 * 4;
 constexpr int kGemvMaxRows = 2;
 constexpr int kGemvWarps = 8;
 
@@ -75,6 +80,7 @@ struct GemvArgs {
   // Whether the first round of weights is loaded before the wait for x's
   // producer: not when that producer is the op's input norm (see gemv_kernel).
   bool load_before_wait;
+  const T* residual;  // LinearParams::residual or null (plain output only)
 };
 
 // One warp's dot products acc[m][r] = x[r, :]·w_m[:] for M weight rows read
@@ -232,6 +238,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
   if (first_whole && a.load_before_wait) round.load(w, c);
   start_after_producers();
   if (first_whole && !a.load_before_wait) round.load(w, c);
+  // The residual's values are loaded now, so that their round trip overlaps the dot products.
+  float residual[R] = {};
+  if constexpr (E == GemvOut::kPlain)
+    if (a.residual != nullptr && threadIdx.x % 32 == 0)
+#pragma unroll
+      for (int r = 0; r < R; ++r) residual[r] = to_float(a.residual[r * a.out + o]);
   if (first_whole) {
     round.hold();
     round.apply(a.x, a.x_stride, c, acc);
@@ -256,7 +268,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvArgs<T> a) {
         const float up = to_float(from_float<T>(biased(1, r)));
         a.act[r * a.inter + o] = from_float<T>(silu_mul_value(gate, up));
       } else {
-        a.y[r * a.out + o] = from_float<T>(biased(0, r));
+        a.y[r * a.out + o] = from_float<T>(biased(0, r) + residual[r]);
       }
     }
   }
@@ -300,8 +312,9 @@ GemvRope<T> gemv_rope(const QkNormRopeParams& r) {
   return g;
 }
 
+// after_norm: x comes from a norm kernel queued just before (see gemv_kernel).
 template <typename T>
-void launch_gemv(const LinearParams& p, cudaStream_t stream) {
+void launch_gemv(const LinearParams& p, bool after_norm, cudaStream_t stream) {
   const SiluMulParams* s = p.silu_mul ? &*p.silu_mul : nullptr;
   const bool rope = p.qk_norm_rope.has_value();
   const GemvArgs<T> args{.x = static_cast<const T*>(p.x),
@@ -314,7 +327,8 @@ void launch_gemv(const LinearParams& p, cudaStream_t stream) {
                          .act = s ? static_cast<T*>(s->out) : nullptr,
                          .inter = s ? s->inter : 0,
                          .rope = rope ? gemv_rope<T>(*p.qk_norm_rope) : GemvRope<T>{},
-                         .load_before_wait = !p.input_norm.has_value()};
+                         .load_before_wait = !after_norm,
+                         .residual = static_cast<const T*>(p.residual)};
   const dim3 grid(static_cast<unsigned>(ceil_div(s ? s->inter : p.out_features, kGemvWarps)));
   const auto go = [&](auto rows, auto out) {
     LS_LAUNCH("gemv_kernel", (gemv_kernel<T, decltype(rows)::value, decltype(out)::value>), grid,
@@ -353,6 +367,7 @@ int alignment(const void* p) {
 LinearContext::LinearContext() : workspace_bytes_(kWorkspaceBytes) {
   LS_CHECK_CUBLAS(cublasLtCreate(&handle_));
   LS_CHECK_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
+  LS_CHECK_CUDA(cudaMalloc(&normed_, kNormedBytes));
 }
 
 LinearContext::~LinearContext() {
@@ -363,13 +378,18 @@ LinearContext::~LinearContext() {
     cublasLtMatmulDescDestroy(plan.op);
   }
   cudaFree(workspace_);
+  cudaFree(normed_);
   cublasLtDestroy(handle_);
 }
 
 LinearContext::Key LinearContext::key(const LinearParams& p) {
+  // C (the residual, when there is one) is read with D's layout and alignment.
+  const int d_alignment = std::min(alignment(p.y), alignment(p.residual));
   return Key{p.rows, p.in_features, p.out_features, p.x_row_stride(), static_cast<int>(p.act_dtype),
-             p.bias != nullptr, alignment(p.x), alignment(p.weight), alignment(p.y)};
+             p.bias != nullptr, alignment(p.x), alignment(p.weight), d_alignment};
 }
+
+size_t LinearContext::normed_bytes() const { return kNormedBytes; }
 
 std::vector<cublasLtMatmulAlgo_t> LinearContext::heuristic(const Plan& plan, const Key& key, int max) {
   cublasLtMatmulPreference_t pref;
@@ -440,23 +460,41 @@ void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {
                 dtype_name(p.act_dtype), dtype_name(p.weight_dtype));
   if (p.rows == 0) return;
   if (p.input_norm) rms_norm(*p.input_norm, stream);
-  if (gemv_fits(p)) {
+  const int64_t x_bytes = p.rows * p.in_features * static_cast<int64_t>(dtype_size(p.act_dtype));
+  if (gemv_fits(p) && (!p.input_rms || x_bytes <= static_cast<int64_t>(ctx.normed_bytes()))) {
     LinearParams g = p;
+    bool after_norm = p.input_norm.has_value();
+    if (p.input_rms) {
+      // 1-2 rows: the rows' scale by a norm kernel with no weight (the weight is in W), into scratch.
+      // Scaling inside the GEMV (every warp summing squares of the x it reads) ran 1.7-2.2% slower at
+      // batch 1 (benchmarks/NOTES.md, twenty-ninth session).
+      rms_norm(RmsNormParams{.x = p.x, .out = ctx.normed(), .rows = p.rows, .cols = p.in_features,
+                             .eps = p.input_rms->eps, .dtype = p.act_dtype},
+               stream);
+      g.x = ctx.normed(), g.input_rms.reset(), after_norm = true;
+    }
     if (p.qk_norm_rope && !rope_fits_gemv(p)) g.qk_norm_rope.reset();
-    dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(g, stream); });
+    dispatch_dtype(p.act_dtype, "linear", [&](auto t) { launch_gemv<decltype(t)>(g, after_norm, stream); });
     if (p.qk_norm_rope && !g.qk_norm_rope) qk_norm_rope(*p.qk_norm_rope, stream);
     return;
   }
-  const LinearContext::Plan& plan = ctx.plan(p);
-  if (p.bias != nullptr)
-    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias,
-                                                   sizeof(p.bias)));
+  // With input_rms, cuBLASLt writes x·Wᵀ alone and the output stage scales each row and adds the bias.
+  LinearParams product = p;
+  if (p.input_rms) product.bias = nullptr;
+  const LinearContext::Plan& plan = ctx.plan(product);
+  if (product.bias != nullptr)
+    LS_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &product.bias,
+                                                   sizeof(product.bias)));
   const float alpha = 1.0f;
-  const float beta = 0.0f;
-  LS_CHECK_CUBLAS(cublasLtMatmul(ctx.handle(), plan.op, &alpha, p.weight, plan.a, p.x, plan.b, &beta, p.y, plan.d,
+  const float beta = p.residual != nullptr ? 1.0f : 0.0f;
+  const void* c = p.residual != nullptr ? p.residual : p.y;
+  LS_CHECK_CUBLAS(cublasLtMatmul(ctx.handle(), plan.op, &alpha, p.weight, plan.a, p.x, plan.b, &beta, c, plan.d,
                                  p.y, plan.d, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), stream));
-  if (p.silu_mul) silu_mul(*p.silu_mul, stream);
-  if (p.qk_norm_rope) qk_norm_rope(*p.qk_norm_rope, stream);
+  const RowScale scale{.x = p.x, .cols = p.in_features, .eps = p.input_rms ? p.input_rms->eps : 0.0f,
+                       .bias = p.bias};
+  const RowScale* scaled = p.input_rms ? &scale : nullptr;
+  if (p.silu_mul) silu_mul(*p.silu_mul, scaled, stream);
+  if (p.qk_norm_rope) qk_norm_rope(*p.qk_norm_rope, scaled, stream);
 }
 
 }  // namespace lockstep::cuda

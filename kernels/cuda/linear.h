@@ -40,11 +40,15 @@ class LinearContext {
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // Scratch for the 1-2 input rows of a GEMV with a folded input norm.
+  void* normed() const { return normed_; }
+  size_t normed_bytes() const;
 
  private:
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  void* normed_ = nullptr;
   static Key key(const LinearParams& p);
   std::vector<cublasLtMatmulAlgo_t> heuristic(const Plan& plan, const Key& key, int max);
   std::map<Key, Plan> plans_;

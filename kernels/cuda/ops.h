@@ -23,6 +23,19 @@ void embedding(const EmbeddingParams& p, cudaStream_t stream);
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream);
 void silu_mul(const SiluMulParams& p, cudaStream_t stream);
+
+// The row scale of a folded input norm and the bias after it
+// (LinearParams::input_rms), for the output stage after a cuBLASLt product
+// that wrote x·Wᵀ alone: the stage takes each value of row r as
+// round(value / rms(x[r, :]) + bias) before its own work.
+struct RowScale {
+  const void* x = nullptr;     // [rows, cols], the product's input
+  int64_t cols = 0;
+  float eps = 0.0f;
+  const void* bias = nullptr;  // [the stage's row width] or null
+};
+void qk_norm_rope(const QkNormRopeParams& p, const RowScale* scale, cudaStream_t stream);
+void silu_mul(const SiluMulParams& p, const RowScale* scale, cudaStream_t stream);
 void argmax(const ArgmaxParams& p, cudaStream_t stream);
 void sample(const SampleParams& p, cudaStream_t stream);
 void next_tokens(const NextTokensParams& p, cudaStream_t stream);

@@ -49,6 +49,19 @@ __device__ void store_scaled(const Vec<T, N>& a, const Vec<T, N>& w, float inv, 
   o.store(out);
 }
 
+// A null weight is all ones (RmsNormParams).
+template <typename T, int N>
+__device__ Vec<T, N> weight_at(const T* weight, int64_t c) {
+  Vec<T, N> w;
+  if (weight != nullptr) {
+    w.load(weight + c);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) w.set(i, 1.0f);
+  }
+  return w;
+}
+
 template <typename T, int N>
 __global__ void __launch_bounds__(kMaxThreads) rms_norm_kernel(const T* x, const T* residual, T* residual_out, const T* weight, T* out, int64_t cols,
                                 float eps) {
@@ -58,7 +71,7 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_kernel(const T* x, const
   V w_held[kHeld];
 #pragma unroll
   for (int j = 0; j < kHeld; ++j)
-    if (first + j * stride < cols) w_held[j].load(weight + first + j * stride);
+    if (first + j * stride < cols) w_held[j] = weight_at<T, N>(weight, first + j * stride);
   start_after_producers();
   const int64_t offset = static_cast<int64_t>(blockIdx.x) * cols;
   x += offset, out += offset;
@@ -83,10 +96,9 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_kernel(const T* x, const
     if (first + j * stride < cols) store_scaled(held[j], w_held[j], inv, out + first + j * stride);
   const T* src = residual != nullptr ? residual_out : x;  // the rounded sum this thread wrote
   for (int64_t c = first + kHeld * stride; c < cols; c += stride) {
-    V a, w;
+    V a;
     a.load(src + c);
-    w.load(weight + c);
-    store_scaled(a, w, inv, out + c);
+    store_scaled(a, weight_at<T, N>(weight, c), inv, out + c);
   }
 }
 

@@ -1,12 +1,15 @@
 // Per-head q/k RMSNorm (when weights are given) and rotary embedding, in
 // place on the fused QKV rows. One block per (token, group of kRopeWarps
-// heads), each warp one head, so that a decode token's 40-odd heads run in
-// parallel rather than five after another per warp. Each block computes the
+// heads, v heads included), each warp one head, so that a decode token's
+// 40-odd heads run in parallel rather than five after another per warp. Each block computes the
 // token's cos/sin table in double precision (angles reach 1e5 radians and
 // more at long context, where a float32 angle is off by several 1e-3).
 // Values are read once, rotated in float32, written once;
 // with the KV append fused in, the thread that rotates a k element also
-// writes it to the cache, and the block copies the token's v there.
+// writes it to the cache, and a v head's warp copies it there. After a
+// product whose input norm is folded into its weights (RowScale), each block
+// first computes its token's inverse RMS and takes every value as
+// round(value · scale + bias), v included.
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/dispatch.h"
@@ -44,29 +47,44 @@ struct RopeArgs {
   float eps;
   float cos_sin_scale;
   CacheTarget<T> cache;
+  const T* rms_x;  // RowScale::x, null: the values are final
+  int64_t rms_cols;
+  float rms_eps;
+  const T* bias;   // RowScale::bias, [row width] or null
 };
+
+// Element i of a token's row as the stage reads it: scaled and biased after a folded norm.
+template <typename T>
+__device__ __forceinline__ float stage_value(const RopeArgs<T>& a, const T* row, int64_t i, float scale) {
+  if (a.rms_x == nullptr) return to_float(row[i]);
+  return to_float(from_float<T>(to_float(row[i]) * scale + (a.bias != nullptr ? to_float(a.bias[i]) : 0.0f)));
+}
 
 // Head h of token t's row (a warp): normed when it has a weight, rotated,
 // and for a k head also written at `dst` in the cache.
 template <typename T>
 __device__ void norm_rotate_head(const RopeArgs<T>& a, T* row, int64_t h, int64_t dst, const float* cos_s,
-                                 const float* sin_s) {
+                                 const float* sin_s, float scale) {
   const int lane = threadIdx.x % 32;
   const int64_t half = a.head_dim / 2;
   T* v = row + h * a.head_dim;
+  const int64_t first = h * a.head_dim;
   const T* w = h < a.num_heads ? a.q_norm : a.k_norm;
   float inv = 1.0f;
   if (w != nullptr) {
     float sq = 0.0f;
-    for (int64_t i = lane; i < a.head_dim; i += 32) sq += to_float(v[i]) * to_float(v[i]);
+    for (int64_t i = lane; i < a.head_dim; i += 32) {
+      const float x = stage_value(a, row, first + i, scale);
+      sq += x * x;
+    }
     inv = rsqrtf(warp_sum(sq) / static_cast<float>(a.head_dim) + a.eps);
   }
   T* k = h >= a.num_heads && a.cache.k_cache != nullptr
              ? a.cache.k_cache + dst + (h - a.num_heads) * a.cache.head_stride
              : nullptr;
   for (int64_t i = lane; i < half; i += 32) {
-    float x = to_float(v[i]) * inv;
-    float y = to_float(v[i + half]) * inv;
+    float x = stage_value(a, row, first + i, scale) * inv;
+    float y = stage_value(a, row, first + i + half, scale) * inv;
     if (w != nullptr) {
       x *= to_float(w[i]);
       y *= to_float(w[i + half]);
@@ -76,6 +94,23 @@ __device__ void norm_rotate_head(const RopeArgs<T>& a, T* row, int64_t h, int64_
     v[i] = rx;
     v[i + half] = ry;
     if (k != nullptr) k[i] = rx, k[i + half] = ry;
+  }
+}
+
+// V head h of token t's row (a warp): scaled in place after a folded norm,
+// and written to the cache with the KV append.
+template <typename T>
+__device__ void scale_append_v_head(const RopeArgs<T>& a, T* row, int64_t h, int64_t dst, float scale) {
+  const int lane = threadIdx.x % 32;
+  const int64_t first = h * a.head_dim;
+  T* cache = a.cache.v_cache != nullptr
+                 ? a.cache.v_cache + dst + (h - a.num_heads - a.num_kv_heads) * a.cache.head_stride
+                 : nullptr;
+  if (a.rms_x == nullptr && cache == nullptr) return;
+  for (int64_t i = lane; i < a.head_dim; i += 32) {
+    const T v = from_float<T>(stage_value(a, row, first + i, scale));
+    if (a.rms_x != nullptr) row[first + i] = v;
+    if (cache != nullptr) cache[i] = v;
   }
 }
 
@@ -92,30 +127,24 @@ __global__ void qk_norm_rope_kernel(RopeArgs<T> a) {
     cos_s[i] = static_cast<float>(c) * a.cos_sin_scale;
     sin_s[i] = static_cast<float>(s) * a.cos_sin_scale;
   }
+  const float scale = a.rms_x != nullptr ? inverse_rms(a.rms_x + t * a.rms_cols, a.rms_cols, a.rms_eps) : 1.0f;
   __syncthreads();
   T* row = a.qkv + t * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim;
   const CacheTarget<T>& cache = a.cache;
   const int64_t dst =
       cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + a.positions[t] * cache.position_stride;
-  if (cache.k_cache != nullptr && blockIdx.y == 0) {
-    // The token's v heads: one contiguous run in a position-major cache (the
-    // GPU's), else a run a head with no division by head_dim per element.
-    const T* v_row = row + (a.num_heads + a.num_kv_heads) * a.head_dim;
-    if (cache.head_stride == a.head_dim) {
-      for (int64_t i = threadIdx.x; i < a.num_kv_heads * a.head_dim; i += blockDim.x) cache.v_cache[dst + i] = v_row[i];
-    } else {
-      for (int64_t h = 0; h < a.num_kv_heads; ++h)
-        for (int64_t i = threadIdx.x; i < a.head_dim; i += blockDim.x)
-          cache.v_cache[dst + h * cache.head_stride + i] = v_row[h * a.head_dim + i];
-    }
-  }
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kRopeWarps + threadIdx.x / 32;
-  if (h < a.num_heads + a.num_kv_heads) norm_rotate_head(a, row, h, dst, cos_s, sin_s);
+  if (h < a.num_heads + a.num_kv_heads)
+    norm_rotate_head(a, row, h, dst, cos_s, sin_s, scale);
+  else if (h < a.num_heads + 2 * a.num_kv_heads)
+    scale_append_v_head(a, row, h, dst, scale);
 }
 
 }  // namespace
 
-void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
+void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) { qk_norm_rope(p, nullptr, stream); }
+
+void qk_norm_rope(const QkNormRopeParams& p, const RowScale* scale, cudaStream_t stream) {
   p.validate();
   LS_OP_REQUIRE(p.head_dim / 2 <= kMaxHalf, "qk_norm_rope", "head_dim {} above {}", p.head_dim, 2 * kMaxHalf);
   if (p.tokens == 0) return;
@@ -131,7 +160,11 @@ void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
                       .head_dim = p.head_dim,
                       .eps = p.eps,
                       .cos_sin_scale = p.cos_sin_scale,
-                      .cache = {}};
+                      .cache = {},
+                      .rms_x = scale != nullptr ? static_cast<const T*>(scale->x) : nullptr,
+                      .rms_cols = scale != nullptr ? scale->cols : 0,
+                      .rms_eps = scale != nullptr ? scale->eps : 0.0f,
+                      .bias = scale != nullptr ? static_cast<const T*>(scale->bias) : nullptr};
     if (p.kv_append)
       args.cache = CacheTarget<T>{.k_cache = static_cast<T*>(p.kv_append->k_cache),
                                   .v_cache = static_cast<T*>(p.kv_append->v_cache),
@@ -140,7 +173,7 @@ void qk_norm_rope(const QkNormRopeParams& p, cudaStream_t stream) {
                                   .position_stride = p.kv_append->cache.position_stride(),
                                   .head_stride = p.kv_append->cache.head_stride()};
     const dim3 grid(static_cast<unsigned>(p.tokens),
-                    static_cast<unsigned>(ceil_div(p.num_heads + p.num_kv_heads, kRopeWarps)));
+                    static_cast<unsigned>(ceil_div(p.num_heads + 2 * p.num_kv_heads, kRopeWarps)));
     LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, grid, dim3(kRopeWarps * 32), 0, stream, args);
   });
 }

@@ -45,19 +45,21 @@ TEST_F(CudaOpTest, RmsNormMatchesCpu) {
     for (int64_t rows : odd_rows())
       for (int64_t cols : {64, 111, 4096})
         for (bool fused : {false, true}) {
+          const bool weighted = !(fused && cols == 111);  // a null weight (ones) in some fused cases
           std::vector<float> x = random_values(rows * cols, dt, rng);
           std::vector<float> res = random_values(rows * cols, dt, rng, 4.0f);
           std::vector<float> w = random_values(cols, dt, rng);
           DeviceArray d_x(x, dt), d_res(res, dt), d_w(w, dt), d_out(rows * cols, dt);
           RmsNormParams p{.x = d_x.get(), .residual = fused ? d_res.get() : nullptr,
-                          .residual_out = fused ? d_res.get() : nullptr, .weight = d_w.get(), .out = d_out.get(),
+                          .residual_out = fused ? d_res.get() : nullptr, .weight = weighted ? d_w.get() : nullptr,
+                          .out = d_out.get(),
                           .rows = rows, .cols = cols, .eps = 1e-6f, .dtype = dt};
           cuda::rms_norm(p, stream_);
           sync();
           std::vector<float> want(x.size());
           RmsNormParams c = p;
           c.x = x.data(), c.residual = fused ? res.data() : nullptr, c.residual_out = fused ? res.data() : nullptr;
-          c.weight = w.data(), c.out = want.data(), c.dtype = DType::kF32;
+          c.weight = weighted ? w.data() : nullptr, c.out = want.data(), c.dtype = DType::kF32;
           cpu::rms_norm(c);
           const std::string what = "rms_norm " + label(rows, cols) + (fused ? " fused" : "");
           expect_close(d_out.download(), want, dt, what);
@@ -272,9 +274,60 @@ TEST_F(CudaOpTest, LinearStagesMatchCpu) {
       }
 }
 
+// The folded input norm (input_rms) with the SiLU·mul stage: the GEMV scales
+// its dot products (one or two rows), else the stage kernel scales cuBLASLt's
+// rows; and the residual add (o_proj, down) in the GEMV's epilogue or as
+// cuBLASLt's C. Against the CPU twin, whose float64 check is in test_ops_cpu.
+TEST_F(CudaOpTest, LinearFoldedNormAndResidualMatchCpu) {
+  std::mt19937 rng(11);
+  cuda::LinearContext ctx;
+  struct Case {
+    int64_t in, inter_or_out;
+    bool bias;
+  };
+  // 66048 columns: 1-2 float32 rows exceed the GEMV's scratch and go to cuBLASLt and the stage kernel.
+  const std::vector<Case> cases{{4096, 136, false}, {256, 40, true}, {120, 33, false}, {1024, 1000, true},
+                                {66048, 8, false}};
+  for (DType dt : all_dtypes())
+    for (int64_t rows : {1, 2, 7, 19, 111})
+      for (const Case& lc : cases) {
+        const int64_t out = 2 * lc.inter_or_out;
+        std::vector<float> x = random_values(rows * lc.in, dt, rng, 4.0f), w = random_values(out * lc.in, dt, rng, 0.05f);
+        std::vector<float> b = random_values(out, dt, rng), y(rows * out), act(rows * lc.inter_or_out);
+        std::vector<float> res = random_values(rows * out, dt, rng, 4.0f);
+        DeviceArray d_x(x, dt), d_w(w, dt), d_b(b, dt), d_y(rows * out, dt), d_act(rows * lc.inter_or_out, dt),
+            d_res(res, dt);
+        LinearParams p{.x = d_x.get(), .weight = d_w.get(), .bias = lc.bias ? d_b.get() : nullptr, .y = d_y.get(),
+                       .rows = rows, .in_features = lc.in, .out_features = out, .act_dtype = dt, .weight_dtype = dt,
+                       .silu_mul = SiluMulParams{.gate_up = d_y.get(), .out = d_act.get(), .rows = rows,
+                                                 .inter = lc.inter_or_out, .dtype = dt},
+                       .input_rms = InputRms{.eps = 1e-5f}};
+        cuda::linear(p, ctx, stream_);
+        sync();
+        LinearParams c = p;
+        c.x = x.data(), c.weight = w.data(), c.bias = lc.bias ? b.data() : nullptr, c.y = y.data();
+        c.act_dtype = c.weight_dtype = DType::kF32;
+        c.silu_mul->gate_up = y.data(), c.silu_mul->out = act.data(), c.silu_mul->dtype = DType::kF32;
+        cpu::linear(c);
+        const std::string what = "linear folded norm " + label(rows, lc.in) + " out=" + std::to_string(out);
+        expect_close(d_act.download(), act, dt, what + " silu");
+        // The residual add, on the same product without stages.
+        LinearParams r = p;
+        r.silu_mul.reset(), r.input_rms.reset(), r.residual = d_res.get();
+        cuda::linear(r, ctx, stream_);
+        sync();
+        LinearParams rc = r;
+        rc.x = x.data(), rc.weight = w.data(), rc.bias = lc.bias ? b.data() : nullptr, rc.y = y.data();
+        rc.residual = res.data(), rc.act_dtype = rc.weight_dtype = DType::kF32;
+        cpu::linear(rc);
+        expect_close(d_y.download(), y, dt, "linear residual " + label(rows, lc.in) + " out=" + std::to_string(out));
+      }
+}
+
 struct RopeStageCase {
   int64_t in, heads, kv_heads, head_dim;
   bool bias, qk_norm, input_norm;
+  bool folded = false;  // input_rms on the un-normed rows (the norm weight folded into W)
 };
 
 // The QKV product with its q/k norm + RoPE + KV append stage: fused into the
@@ -286,7 +339,10 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
   cuda::LinearContext ctx;
   const std::vector<RopeStageCase> cases{{256, 4, 2, 128, false, false, true}, {136, 5, 1, 64, true, false, false},
                                          {64, 3, 3, 72, false, false, true},   {128, 4, 2, 36, true, false, true},
-                                         {256, 4, 2, 128, false, true, true},  {256, 4, 2, 128, false, false, false}};
+                                         {256, 4, 2, 128, false, true, true},  {256, 4, 2, 128, false, false, false},
+                                         {256, 4, 2, 128, true, false, false, true},
+                                         {256, 4, 2, 128, true, true, false, true},
+                                         {136, 5, 1, 64, false, false, false, true}};
   const RopeConfig llama3{.type = RopeType::kLlama3, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
                           .high_freq_factor = 4.0, .original_max_position = 8192};
   // YaRN also scales cos and sin (the GEMV's fused rotation and the rope kernel).
@@ -299,7 +355,8 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         const std::vector<float> inv_freq = rope_inv_freq(rope, rc.head_dim);
         const KvCacheShape cache{.num_slots = 4, .max_seq = 3000, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim};
         const int64_t out = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
-        std::vector<float> x = random_values(rows * rc.in, dt, rng), w = random_values(out * rc.in, dt, rng, 0.1f);
+        std::vector<float> x = random_values(rows * rc.in, dt, rng, rc.folded ? 4.0f : 1.0f);
+        std::vector<float> w = random_values(out * rc.in, dt, rng, 0.1f);
         std::vector<float> b = random_values(out, dt, rng), y(static_cast<size_t>(rows * out));
         std::vector<float> qn = random_values(rc.head_dim, dt, rng), kn = random_values(rc.head_dim, dt, rng);
         std::vector<float> k = random_cache_values(cache.num_slots * cache.slot_stride(), dt, rng);
@@ -320,6 +377,7 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
           p.input_norm = RmsNormParams{.x = d_x.get(), .residual = d_res.get(), .residual_out = d_res_out.get(),
                                        .weight = d_nw.get(), .out = d_normed.get(), .rows = rows, .cols = rc.in,
                                        .eps = 1e-5f, .dtype = dt};
+        if (rc.folded) p.input_rms = InputRms{.eps = 1e-5f};
         p.qk_norm_rope = QkNormRopeParams{
             .qkv = d_y.get(), .positions = d_pos.ints(), .inv_freq = static_cast<float*>(d_freq.get()),
             .q_norm_weight = rc.qk_norm ? d_qn.get() : nullptr, .k_norm_weight = rc.qk_norm ? d_kn.get() : nullptr,
@@ -342,7 +400,8 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         cpu::linear(c);
         const std::string what = "linear+rope " + label(rows, rc.in) + " hd=" + std::to_string(rc.head_dim) +
                                  (rc.bias ? " bias" : "") + (rc.qk_norm ? " qk_norm" : "") +
-                                 (rc.input_norm ? " input_norm" : "") + " rope=" + rope_type_name(rope.type);
+                                 (rc.input_norm ? " input_norm" : "") + (rc.folded ? " folded" : "") +
+                                 " rope=" + rope_type_name(rope.type);
         expect_close(d_y.download(), y, dt, what + " qkv");
         if (rc.input_norm) expect_close(d_res_out.download(), res_out, dt, what + " residual");
         expect_close(d_k.download(), k, dt, what + " K");
