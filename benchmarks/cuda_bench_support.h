@@ -1,9 +1,10 @@
 // What the kernel benchmarks share: event timing on a stream, the mean time
 // of a body replayed inside one CUDA graph (as the decode step runs its
-// kernels), the copy bandwidth they compare against, and bf16 uploads of
-// host data.
+// kernels), the copy bandwidth they compare against, bf16 uploads and
+// downloads, and random bf16 values filled on the device.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -80,6 +81,15 @@ inline void* upload_bytes(const void* host, size_t bytes) {
   return d;
 }
 
+// `count` bf16 values at device address d, as float32.
+inline std::vector<float> download_bf16(const void* d, int64_t count) {
+  std::vector<uint16_t> raw(static_cast<size_t>(count));
+  LS_CHECK_CUDA(cudaMemcpy(raw.data(), d, raw.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out(raw.size());
+  convert_to_f32(raw.data(), DType::kBF16, out.data(), out.size());
+  return out;
+}
+
 // A device copy of `host` rounded to bf16 (cudaFree it).
 inline void* upload_bf16(const std::vector<float>& host) {
   std::vector<uint16_t> raw(host.size());
@@ -88,6 +98,20 @@ inline void* upload_bf16(const std::vector<float>& host) {
 }
 
 #ifdef __CUDACC__
+// splitmix64's finalizer of (i, seed): the benches' random values.
+__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
+// Uniform values in [-scale, scale), bf16.
+static __global__ void fill_random(__nv_bfloat16* p, int64_t n, uint32_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = __float2bfloat16((static_cast<float>(hash32(i, seed) >> 8) * 0x1p-23f - 1.0f) * scale);
+}
+
 // A 16-byte load past L1 (not kept there): the weight streams of the
 // bandwidth benches.
 __device__ __forceinline__ uint4 load_streaming(const unsigned char* p) {

@@ -51,23 +51,12 @@
 namespace {
 
 using lockstep::DType;
+using lockstep::bench::download_bf16;
+using lockstep::bench::fill_random;
 using lockstep::bench::load_streaming;
 
 constexpr int kMaxRows = 64;  // 8 n-tiles of 8
 constexpr int kRound = 4;     // k blocks of 16 a round: 4 x 2 tiles x 512 B = 4 KB a warp
-
-__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<uint32_t>(z ^ (z >> 31));
-}
-
-// Uniform values in [-scale, scale), bf16.
-__global__ void fill_random(__nv_bfloat16* p, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    p[i] = __float2bfloat16((static_cast<float>(hash32(i, seed) >> 8) * 0x1p-23f - 1.0f) * scale);
-}
 
 // The k order: within each 64-wide k group, lane c (= lane % 4) of an
 // 8-row n-tile reads x's 16 contiguous values at 16c (two 16-byte loads of
@@ -305,14 +294,6 @@ constexpr Shape kShapes[] = {{"qkv", 4096, 6144},
                              {"gate_up", 4096, 28672},
                              {"gate_up+silu", 4096, 28672, true},
                              {"down", 14336, 4096}};
-
-std::vector<float> download_bf16(const void* d, int64_t count) {
-  std::vector<uint16_t> raw(static_cast<size_t>(count));
-  LS_CHECK_CUDA(cudaMemcpy(raw.data(), d, raw.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> out(raw.size());
-  lockstep::convert_to_f32(raw.data(), DType::kBF16, out.data(), out.size());
-  return out;
-}
 
 // Blocks of max(4, block_slices) warps; W as stored when a.w is null.
 template <int NT, bool Silu, bool RowMajor>

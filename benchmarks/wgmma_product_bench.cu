@@ -43,6 +43,8 @@
 namespace {
 
 using lockstep::DType;
+using lockstep::bench::download_bf16;
+using lockstep::bench::fill_random;
 
 constexpr int kTileK = 64;  // 128 bytes: one swizzle span
 // A tile of H m64 halves: 64 H features, W 8 H KB a stage.
@@ -54,19 +56,6 @@ template <int NR, int H>
 constexpr int kStageBytes = kWBytes<H> + NR * kTileK * 2;
 constexpr int kConsumers = 128;     // one warpgroup
 constexpr int kThreads = kConsumers + 32;
-
-__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<uint32_t>(z ^ (z >> 31));
-}
-
-// Uniform values in [-scale, scale), bf16.
-__global__ void fill_random(__nv_bfloat16* p, int64_t n, uint32_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    p[i] = __float2bfloat16((static_cast<float>(hash32(i, seed) >> 8) * 0x1p-23f - 1.0f) * scale);
-}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -509,14 +498,6 @@ struct Shape {
 constexpr Shape kShapes[] = {{"qkv", 4096, 6144}, {"o_proj", 4096, 4096}, {"gate_up", 4096, 28672},
                              {"down", 14336, 4096}};
 constexpr int kMaxRows = 64;
-
-std::vector<float> download_bf16(const void* d, int64_t count) {
-  std::vector<uint16_t> raw(static_cast<size_t>(count));
-  LS_CHECK_CUDA(cudaMemcpy(raw.data(), d, raw.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> out(raw.size());
-  lockstep::convert_to_f32(raw.data(), DType::kBF16, out.data(), out.size());
-  return out;
-}
 
 // One shape's buffers: weight copies cycled so that L2 cannot serve them.
 struct ShapeBuffers {
