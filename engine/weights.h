@@ -19,6 +19,8 @@ struct LayerWeights {
   Buffer input_norm;      // [hidden], replicated
   Buffer post_attn_norm;  // [hidden], replicated
   Buffer q_norm, k_norm;  // [head_dim], replicated (Qwen3)
+  // qkv and gate_up hold W·diag(input_norm) and W·diag(post_attn_norm) where
+  // the backend folds the norms (Backend::folds_input_norms).
   Buffer qkv;             // [(q_local + 2·kv_local)·head_dim, hidden]
   Buffer qkv_bias;        // [(q_local + 2·kv_local)·head_dim] (Qwen2)
   Buffer o_proj;          // [hidden, q_local·head_dim]

@@ -1,9 +1,10 @@
 // Per-head q/k RMSNorm (when weights are given) and rotary embedding, in
 // place on the fused QKV rows. One block per (token, group of kRopeWarps
 // heads, v heads included), each warp one head, so that a decode token's
-// 40-odd heads run in parallel rather than five after another per warp. Each block computes the
-// token's cos/sin table in double precision (angles reach 1e5 radians and
-// more at long context, where a float32 angle is off by several 1e-3).
+// 40-odd heads run in parallel rather than five after another per warp.
+// Each block computes the token's cos/sin table in double precision (angles
+// reach 1e5 radians and more at long context, where a float32 angle is off
+// by several 1e-3).
 // Values are read once, rotated in float32, written once;
 // with the KV append fused in, the thread that rotates a k element also
 // writes it to the cache, and a v head's warp copies it there. After a
