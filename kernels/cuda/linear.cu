@@ -16,10 +16,10 @@
 // own kernel before the product; so does the scale of a folded input norm
 // (LinearParams::input_rms: a norm kernel with no weight, into scratch), and
 // the GEMV adds LinearParams::residual in its epilogue. Larger products with
-// input_rms leave the scale and the bias to the output stage's kernel. Staging the normed input in every block
-// of the GEMV grid was measured slower than that kernel (H200, llama3-8b
-// shapes: gate_up 69.7 us staged against 62.0 us plain, lm_head 297.6 against
-// 249.4; benchmarks/NOTES.md).
+// input_rms leave the scale and the bias to the output stage's kernel.
+// Staging the normed input in every block of the GEMV grid was measured
+// slower than that kernel (H200, llama3-8b shapes: gate_up 69.7 us staged
+// against 62.0 us plain, lm_head 297.6 against 249.4; benchmarks/NOTES.md).
 //
 // cuBLASLt in column-major terms: W [out, in] row-major is an [in, out]
 // column-major matrix, so with A = W (transposed), B = x ([in, rows],
