@@ -156,6 +156,28 @@ TEST_F(CudaCli, PromptsFileSharedPrefixesMatchCpu) {
   EXPECT_EQ(reused, ids("--backend cpu").first);
 }
 
+// Decode steps of 3-7 sequences in bf16, whose products are cuBLASLt's:
+// replayed graphs give the ids of the same steps run eagerly (the same
+// padded batch, so the same kernels and sums: equal, not close). A kernel in
+// a graph that reads its input before the kernel writing it ends would not
+// (benchmarks/NOTES.md, thirtieth session).
+TEST_F(CudaCli, BatchedBf16GraphsGiveTheEagerIds) {
+  const fs::path model = dir_ / "m";
+  ASSERT_EQ(run(lockstep("make-model --preset tiny --out " + model.string()), dir_ / "make").exit_code, 0);
+  const std::string file = (dir_ / "p.jsonl").string();
+  write_shared_prefix_prompts(file);
+  const auto ids = [&](const std::string& flags) {
+    const CommandResult r = run(lockstep("generate --backend cuda --dtype bf16 --model " + model.string() +
+                                         " --prompts-file " + file + " --max-batch 8 --ignore-eos " + flags),
+                                dir_ / "gen");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return std::make_pair(r.out, r.err);
+  };
+  const auto [graphed, log] = ids("");
+  EXPECT_NE(log.find(", graphs"), std::string::npos) << log;
+  EXPECT_EQ(graphed, ids("--eager").first);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGolden, ::testing::ValuesIn(cuda_golden_params()),
                          [](const ::testing::TestParamInfo<CudaGoldenParam>& info) {
                            return info.param.name + (info.param.float32 ? "_float32" : "_16bit");
