@@ -62,6 +62,21 @@ class CudaCli : public TempDirTest {
     TempDirTest::SetUp();
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   }
+  // The tiny preset and write_shared_prefix_prompts' 7 requests.
+  void make_model_and_prompts() {
+    ASSERT_EQ(run(lockstep("make-model --preset tiny --out " + model().string()), dir_ / "make").exit_code, 0);
+    write_shared_prefix_prompts(prompts());
+  }
+  // `generate` over those requests with `flags`: (stdout, stderr).
+  std::pair<std::string, std::string> generate_prompts(const std::string& flags) {
+    const CommandResult r = run(lockstep("generate --model " + model().string() + " --prompts-file " +
+                                         prompts().string() + " --ignore-eos " + flags),
+                                dir_ / "gen");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return {r.out, r.err};
+  }
+  fs::path model() const { return dir_ / "m"; }
+  fs::path prompts() const { return dir_ / "p.jsonl"; }
 };
 
 TEST_P(CudaGolden, ScoreAndGenerateMatchTransformers) {
@@ -139,21 +154,11 @@ TEST_F(CudaCli, UnsupportedHeadDimIsRefusedBeforeLoading) {
 // as float32's reordering error (~1e-6 of the logits; the random model's
 // margins are ~1e-2), so the ids must be equal.
 TEST_F(CudaCli, PromptsFileSharedPrefixesMatchCpu) {
-  const fs::path model = dir_ / "m";
-  ASSERT_EQ(run(lockstep("make-model --preset tiny --out " + model.string()), dir_ / "make").exit_code, 0);
-  const std::string file = (dir_ / "p.jsonl").string();
-  write_shared_prefix_prompts(file);
-  const auto ids = [&](const std::string& flags) {
-    const CommandResult r = run(lockstep("generate --model " + model.string() + " --prompts-file " + file +
-                                         " --max-batch 3 --ignore-eos " + flags),
-                                dir_ / "gen");
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return std::make_pair(r.out, r.err);
-  };
-  const auto [reused, log] = ids("--backend cuda --dtype float32");
+  make_model_and_prompts();
+  const auto [reused, log] = generate_prompts("--max-batch 3 --backend cuda --dtype float32");
   EXPECT_NE(log.find("7 requests: 161 prompt tokens, 114 of them found in the KV cache"), std::string::npos) << log;
-  EXPECT_EQ(reused, ids("--backend cuda --dtype float32 --no-prefix-reuse").first);
-  EXPECT_EQ(reused, ids("--backend cpu").first);
+  EXPECT_EQ(reused, generate_prompts("--max-batch 3 --backend cuda --dtype float32 --no-prefix-reuse").first);
+  EXPECT_EQ(reused, generate_prompts("--max-batch 3 --backend cpu").first);
 }
 
 // Decode steps of 3-7 sequences in bf16, whose products are cuBLASLt's:
@@ -162,20 +167,11 @@ TEST_F(CudaCli, PromptsFileSharedPrefixesMatchCpu) {
 // a graph that reads its input before the kernel writing it ends would not
 // (benchmarks/NOTES.md, thirtieth session).
 TEST_F(CudaCli, BatchedBf16GraphsGiveTheEagerIds) {
-  const fs::path model = dir_ / "m";
-  ASSERT_EQ(run(lockstep("make-model --preset tiny --out " + model.string()), dir_ / "make").exit_code, 0);
-  const std::string file = (dir_ / "p.jsonl").string();
-  write_shared_prefix_prompts(file);
-  const auto ids = [&](const std::string& flags) {
-    const CommandResult r = run(lockstep("generate --backend cuda --dtype bf16 --model " + model.string() +
-                                         " --prompts-file " + file + " --max-batch 8 --ignore-eos " + flags),
-                                dir_ / "gen");
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return std::make_pair(r.out, r.err);
-  };
-  const auto [graphed, log] = ids("");
+  make_model_and_prompts();
+  const std::string flags = "--max-batch 8 --backend cuda --dtype bf16";
+  const auto [graphed, log] = generate_prompts(flags);
   EXPECT_NE(log.find(", graphs"), std::string::npos) << log;
-  EXPECT_EQ(graphed, ids("--eager").first);
+  EXPECT_EQ(graphed, generate_prompts(flags + " --eager").first);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGolden, ::testing::ValuesIn(cuda_golden_params()),
