@@ -178,8 +178,9 @@ void scale_and_add_rows(const LinearParams& p) {
   for (int64_t r = 0; r < p.rows; ++r) {
     float* row = y + r * p.out_features;
     if (p.input_rms) {
+      const float* xr = x + r * p.in_features;
       double sq = 0.0;
-      for (int64_t i = 0; i < p.in_features; ++i) sq += static_cast<double>(x[r * p.in_features + i]) * x[r * p.in_features + i];
+      for (int64_t i = 0; i < p.in_features; ++i) sq += static_cast<double>(xr[i]) * xr[i];
       const auto inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(p.in_features) + p.input_rms->eps));
       for (int64_t o = 0; o < p.out_features; ++o) row[o] = row[o] * inv + (bias != nullptr ? bias[o] : 0.0f);
     }
