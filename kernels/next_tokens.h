@@ -4,6 +4,10 @@
 // batch, fed back as the row's next token with its position one higher, so
 // that the next step can be queued before the host has seen this one's.
 //
+// A row with no token (the greedy candidates' best logit NaN or -inf, or a
+// sampled id of -1: kernels/sampling.h) is published as -1, for the host to
+// refuse, and fed back as token 0, which the next step can read safely.
+//
 // Publication: the k-th call (k counted on the backend, in *published_count)
 // writes its ids to published[k % 2][row], memory the host reads once the
 // step is done (Backend::alloc_host_visible); with two slots the host may

@@ -15,6 +15,8 @@
 //  5. Draw: u = sampling::draw(random, weight sum of the nucleus); the token
 //     is the first nucleus column, in column order (not logit order), at
 //     which the running weight sum exceeds u.
+// A row with no logit above -inf (every one NaN or -inf: a model whose
+// weights or config give non-finite values) has no token: its id is -1.
 // The GPU finds the cut-offs of 3 and 4 by radix selection over the keys and
 // needs no sort; the CPU twin is the sort-based reference.
 #pragma once

@@ -40,6 +40,10 @@ LS_HOST_DEVICE inline uint32_t order_key(float v) {
   return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
 }
 
+// Whether a row whose largest key is `key` has a logit above -inf (a row of
+// NaN and -inf has none, and no token).
+LS_HOST_DEVICE inline bool has_token(uint32_t largest_key) { return largest_key > order_key(-INFINITY); }
+
 // The float whose order_key is `key`.
 LS_HOST_DEVICE inline float key_value(uint32_t key) {
   const uint32_t bits = (key & 0x80000000u) != 0 ? key & 0x7fffffffu : ~key;

@@ -17,7 +17,8 @@
 namespace lockstep {
 namespace {
 
-// The rule, written out on its own: the best of the whole row.
+// The rule, written out on its own: the best of the whole row, -1 for a
+// row with no logit above -inf (all NaN or -inf).
 int32_t reference_argmax(const float* row, int64_t n) {
   int64_t best = 0;
   for (int64_t c = 1; c < n; ++c) {
@@ -25,11 +26,11 @@ int32_t reference_argmax(const float* row, int64_t n) {
     if (c_nan) continue;  // a NaN never beats an earlier column
     if (best_nan || row[c] > row[best]) best = c;
   }
-  return static_cast<int32_t>(best);
+  return row[best] > -std::numeric_limits<float>::infinity() ? static_cast<int32_t>(best) : -1;
 }
 
-// Rows with ties across split and share borders, NaNs (also leading a row)
-// and a row of NaNs.
+// Rows with ties across split and share borders, NaNs (also leading a row),
+// a row of NaNs and one of NaNs and -infs (neither has a token).
 std::vector<float> awkward_logits(int64_t rows, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-4.0f, 4.0f);
@@ -38,10 +39,13 @@ std::vector<float> awkward_logits(int64_t rows, int64_t vocab, uint32_t seed) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int64_t r = 0; r < rows; ++r) {
     float* row = v.data() + r * vocab;
-    switch (r % 4) {
+    switch (r % 5) {
       case 0: row[vocab - 1] = row[vocab / 2] = 9.0f; break;  // a tie: the lower id wins
       case 1: row[0] = nan, row[vocab / 3] = nan; break;
       case 2: for (int64_t c = 0; c < vocab; ++c) row[c] = nan; break;
+      case 3:
+        for (int64_t c = 0; c < vocab; ++c) row[c] = c % 2 == 0 ? -std::numeric_limits<float>::infinity() : nan;
+        break;
       default: row[vocab - 1] = std::numeric_limits<float>::infinity(); break;
     }
   }
@@ -86,7 +90,7 @@ TEST(NextTokens, GreedyOverSplitsAndSharesIsTheRowsArgmax) {
   for (int64_t vocab : {1, 5, 37, 300})
     for (int64_t shares : {1, 2, 3})
       for (int64_t split_cols : {0, 1, 7, 16, 100}) {
-        const int64_t rows = 7;
+        const int64_t rows = 9;
         const std::vector<float> logits = awkward_logits(rows, vocab, static_cast<uint32_t>(vocab + shares));
         const std::vector<int32_t> got = choose(logits, rows, vocab, shares, split_cols);
         for (int64_t r = 0; r < rows; ++r)
@@ -125,6 +129,12 @@ TEST(NextTokens, FeedsBackDecodeRowsAndAlternatesPublishedSlots) {
   cpu::next_tokens(p);
   EXPECT_EQ(tokens, (std::vector<int32_t>{21, 22, 23, 24}));
   EXPECT_EQ(published[0], 31);
+  // A row with no token (-1) is published as such and fed back as token 0.
+  p.tokens = tokens.data();
+  sampled = {41, -1, 43, 44};
+  cpu::next_tokens(p);
+  EXPECT_EQ(tokens, (std::vector<int32_t>{41, 0, 43, 44}));
+  EXPECT_EQ(std::vector<int32_t>(published.begin() + 6, published.begin() + 10), sampled);
 }
 
 TEST(NextTokens, MiswiredParamsAreRefused) {

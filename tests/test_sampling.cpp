@@ -168,6 +168,18 @@ TEST(SampleOp, InfinitiesNaNsAndPaddingAreNeverChosen) {
   }
 }
 
+// A row with no logit above -inf (NaNs and -infs only: weights or a config
+// that give non-finite values) has no token, greedy or sampled: id -1.
+TEST(SampleOp, RowsWithoutAFiniteLogitHaveNoToken) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<float>> rows = {std::vector<float>(9, nan), {-kInf, nan, -kInf, nan}, {-kInf}};
+  for (const auto& logits : rows)
+    for (float temperature : {0.0f, 1.0f, 1000.0f})
+      EXPECT_EQ(sample_one(logits, SampleRow{.random = 7, .temperature = temperature, .top_p = 0.5f, .top_k = 2}), -1)
+          << "temperature " << temperature << " row of " << logits.size();
+  EXPECT_EQ(sample_one({-kInf, nan, -5.0f}, SampleRow{.random = 7, .temperature = 1.0f}), 2) << "one finite logit";
+}
+
 // The [shards][rows][cols] layout of gathered vocabulary shards samples as
 // the plain rows do.
 TEST(SampleOp, ShardedRowsSampleAsPlainRows) {

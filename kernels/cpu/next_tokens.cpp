@@ -1,6 +1,7 @@
 #include "kernels/next_tokens.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/argmax.h"
@@ -27,7 +28,7 @@ int32_t best_candidate(const NextTokensParams& p, int64_t row) {
       const int64_t id = s * p.share_cols + column;
       if (best_id < 0 || argmax_prefers(value, id, best, best_id)) best = value, best_id = id;
     }
-  return static_cast<int32_t>(std::max<int64_t>(best_id, 0));
+  return best_id >= 0 && best > -INFINITY ? static_cast<int32_t>(best_id) : -1;  // NaN > -inf is false
 }
 
 }  // namespace
@@ -39,7 +40,7 @@ void next_tokens(const NextTokensParams& p) {
     const int32_t id = p.candidates ? best_candidate(p, row) : p.sampled[row];
     out[row] = id;
     if (p.tokens == nullptr) continue;
-    p.tokens[row] = id;
+    p.tokens[row] = std::max(id, 0);
     if (p.slots[row] != p.padding_slot) p.positions[row] = std::min(p.positions[row] + 1, p.max_position);
   }
   ++*p.published_count;

@@ -28,6 +28,7 @@ int32_t sample_row(const SampleParams& p, int64_t row, std::vector<Candidate>& o
   std::sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) {
     return a.key > b.key || (a.key == b.key && a.column < b.column);
   });
+  if (!sampling::has_token(order[0].key)) return -1;
   if (s.temperature == 0.0f) return order[0].column;
 
   const float max_logit = sampling::key_value(order[0].key);

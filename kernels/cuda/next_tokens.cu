@@ -40,7 +40,7 @@ __device__ int32_t best_candidate(const NextTokensParams& p, int64_t row) {
     const int64_t id = __shfl_xor_sync(0xffffffffu, static_cast<long long>(best_id), o);
     consider(v, id);
   }
-  return static_cast<int32_t>(best_id < 0 ? 0 : best_id);
+  return best_id >= 0 && best > -INFINITY ? static_cast<int32_t>(best_id) : -1;  // NaN > -inf is false
 }
 
 __global__ void __launch_bounds__(kNextTokensThreads) next_tokens_kernel(NextTokensParams p) {
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kNextTokensThreads) next_tokens_kernel(NextTok
     if (threadIdx.x % 32 != 0) continue;
     out[row] = id;
     if (p.tokens == nullptr) continue;
-    p.tokens[row] = id;
+    p.tokens[row] = max(id, 0);
     if (p.slots[row] != p.padding_slot) p.positions[row] = min(p.positions[row] + 1, p.max_position);
   }
   __syncthreads();

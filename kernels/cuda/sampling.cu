@@ -458,7 +458,9 @@ __global__ void __launch_bounds__(kSampleThreads, 1) sample_kernel(SampleParams 
   });
   best = row_reduce(g, best, true);
   int64_t id = static_cast<int64_t>(0xffffffffu - static_cast<uint32_t>(best));
-  if (s.temperature != 0.0f) {
+  if (!sampling::has_token(static_cast<uint32_t>(best >> 32))) {
+    id = -1;
+  } else if (s.temperature != 0.0f) {
     const float max_logit = sampling::key_value(static_cast<uint32_t>(best >> 32));
     const double inv_temperature = sampling::inverse_temperature(s.temperature);
     auto weight = [&](uint32_t key) { return sampling::weight(sampling::key_value(key), max_logit, inv_temperature); };

@@ -456,7 +456,8 @@ TEST_F(CudaOpTest, ArgmaxMatchesCpu) {
 
 // next_tokens on the GPU against the CPU twin: candidates of three shares
 // (the last one padding) with ties across shares and a few NaNs, fewer and
-// more candidates a row than a warp has lanes (5 and 33 splits), feed back
+// more candidates a row than a warp has lanes (5 and 33 splits), a row of
+// NaNs and -infs (no token), feed back
 // with a padding row and the context cap, and two calls alternating the
 // published slot.
 TEST_F(CudaOpTest, NextTokensMatchesCpu) {
@@ -475,6 +476,10 @@ TEST_F(CudaOpTest, NextTokensMatchesCpu) {
           const int32_t c = static_cast<int32_t>(i % splits) * 200 + column(rng);
           std::memcpy(&block[rows * splits + i], &c, 4);
         }
+        // Row 1 has no logit above -inf: published -1, fed back as 0.
+        if (rows > 1)
+          for (int64_t k = 0; k < splits; ++k)
+            block[splits + k] = k % 2 == 0 ? std::numeric_limits<float>::quiet_NaN() : -INFINITY;
       }
       std::vector<int32_t> slots(static_cast<size_t>(rows)), positions(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) {

@@ -83,10 +83,11 @@ void ties_and_infinities(cudaStream_t stream, DType dt, uint32_t seed) {
     auto row = [&](int64_t r) { return logits.begin() + r * cols; };
     std::fill(row(0), row(1), -kInf);
     row(0)[cols / 2] = 1.0f;  // one finite logit among -inf
-    std::fill(row(1), row(2), -kInf);  // all -inf: equal keys, equal weights
+    std::fill(row(1), row(2), -kInf);  // all -inf: no token (-1)
     row(2)[1] = row(2)[cols - 1] = kInf;  // two +inf
     for (int64_t c = 0; c < cols; c += 3) row(3)[c] = std::numeric_limits<float>::quiet_NaN();
     std::fill(row(4), row(5), 0.25f);  // one value everywhere
+    std::fill(row(5), row(6), std::numeric_limits<float>::quiet_NaN());  // all NaN: no token (-1)
     for (int repeat = 0; repeat < 4; ++repeat)
       expect_same_ids(stream, logits, dt, mixed_settings(rows, bits),
                       SampleParams{.rows = rows, .cols = cols, .valid_cols = cols}, "ties " + label(rows, cols));
