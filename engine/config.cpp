@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/file.h"
 
 namespace lockstep {
 
@@ -75,8 +76,16 @@ Arch parse_architecture(const json& j) {
     config_error(fmt::format("'architectures' must be a list of class names (e.g. [\"LlamaForCausalLM\"]), got {}",
                              it->dump()));
   std::string name = (*it)[0].get<std::string>();
-  for (const auto& e : kArchs)
-    if (name == e.hf_class) return e.arch;
+  for (const auto& e : kArchs) {
+    if (name != e.hf_class) continue;
+    // transformers picks the model's classes by model_type: one that names
+    // another family would run a different model than `architectures`.
+    auto type = j.find("model_type");
+    if (type != j.end() && !type->is_null() && !(type->is_string() && type->get<std::string>() == e.short_name))
+      config_error(fmt::format("model_type {} does not match architectures [\"{}\"] (expected \"{}\")", type->dump(),
+                               name, e.short_name));
+    return e.arch;
+  }
   config_error(fmt::format("unsupported architecture '{}' (supported: LlamaForCausalLM, "
                            "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)", name));
 }
@@ -234,10 +243,9 @@ std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
 }
 
 json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read {}", path.string());
+  const std::string text = read_whole_file(path, path.filename().string());
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     LS_FAIL(ErrorKind::kModel, "{} is not valid JSON: {}", path.string(), e.what());
   }
@@ -305,6 +313,19 @@ void ModelConfig::validate() const {
   positive(head_dim, "head_dim");
   positive(vocab_size, "vocab_size");
   positive(max_position_embeddings, "max_position_embeddings");
+  // Far above any model's, and small enough that sizes multiplied together
+  // (q_dim, a layer's weights, the KV cache) stay within 64 bits.
+  constexpr int64_t kMostDim = int64_t{1} << 24;
+  auto at_most = [](int64_t v, int64_t most, const char* name) {
+    if (v > most) config_error(fmt::format("'{}' {} is above the supported maximum {}", name, v, most));
+  };
+  at_most(hidden_size, kMostDim, "hidden_size");
+  at_most(intermediate_size, kMostDim, "intermediate_size");
+  at_most(num_layers, kMostDim, "num_hidden_layers");
+  at_most(num_heads, kMostDim, "num_attention_heads");
+  at_most(head_dim, kMostDim, "head_dim");
+  at_most(num_heads * head_dim, kMostDim, "num_attention_heads * head_dim");
+  at_most(max_position_embeddings, INT32_MAX, "max_position_embeddings");
   if (sliding_window < 0) config_error(fmt::format("'sliding_window' must be positive, got {}", sliding_window));
   if (!windowed_layers.empty() && static_cast<int64_t>(windowed_layers.size()) != num_layers)
     config_error(fmt::format("{} windowed-layer flags for {} layers", windowed_layers.size(), num_layers));
@@ -313,8 +334,8 @@ void ModelConfig::validate() const {
                              num_heads, num_kv_heads));
   if (head_dim % 2 != 0) config_error(fmt::format("head_dim must be even for RoPE, got {}", head_dim));
   if (vocab_size > INT32_MAX) config_error("vocab_size too large");
-  if (!(rms_norm_eps > 0.0) || !std::isfinite(rms_norm_eps))
-    config_error(fmt::format("rms_norm_eps must be positive, got {}", rms_norm_eps));
+  if (!(rms_norm_eps > 0.0) || !(rms_norm_eps < 1.0))
+    config_error(fmt::format("rms_norm_eps must be in (0, 1), got {}", rms_norm_eps));
   if (!(rope.theta > 0.0)) config_error(fmt::format("rope_theta must be positive, got {}", rope.theta));
   if (rope.type != RopeType::kDefault && (!(rope.factor > 0) || !std::isfinite(rope.factor)))
     config_error(fmt::format("{} rope scaling needs a positive factor, got {}", rope_type_name(rope.type), rope.factor));
@@ -352,6 +373,8 @@ std::string ModelConfig::summary() const {
 }
 
 ModelConfig load_model_config(const std::filesystem::path& model_dir) {
+  LS_REQUIRE(!std::filesystem::is_regular_file(model_dir), ErrorKind::kIo,
+             "--model {} is a file: give the model's folder (config.json, *.safetensors)", model_dir.string());
   LS_REQUIRE(std::filesystem::is_directory(model_dir), ErrorKind::kIo, "model folder not found: {}",
              model_dir.string());
   auto config_path = model_dir / "config.json";
@@ -359,10 +382,16 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   ModelConfig c = parse_model_config(read_json_file(config_path));
   auto gen_path = model_dir / "generation_config.json";
   if (std::filesystem::exists(gen_path)) {
-    json g = read_json_file(gen_path);
-    if (g.is_object() && g.contains("eos_token_id")) {
-      c.eos_token_ids = parse_token_ids(g["eos_token_id"], "eos_token_id");
-      c.validate();
+    try {
+      json g = read_json_file(gen_path);
+      if (g.is_object() && g.contains("eos_token_id")) {
+        c.eos_token_ids = parse_token_ids(g["eos_token_id"], "eos_token_id");
+        c.validate();
+      }
+    } catch (const Error& e) {  // config_error's messages name config.json: name this file instead
+      std::string what = e.what();
+      if (what.starts_with("config.json: ")) what.erase(0, std::string("config.json: ").size());
+      LS_FAIL(e.kind(), "generation_config.json: {}", what);
     }
   }
   return c;

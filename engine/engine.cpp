@@ -31,8 +31,12 @@ void EngineOptions::validate() const {
   LS_REQUIRE(comm == "auto" || comm == "single" || comm == "mpi" || comm == "nccl", ErrorKind::kInvalidArgument,
              "unknown --comm '{}' (auto, single, mpi, nccl)", comm);
   for (int d : devices) LS_REQUIRE(d >= 0, ErrorKind::kInvalidArgument, "--devices: bad device index {}", d);
+  LS_REQUIRE(devices.empty() || backend != "cpu", ErrorKind::kInvalidArgument,
+             "--devices picks GPUs, but the backend is cpu");
   LS_REQUIRE(collective_timeout_s > 0, ErrorKind::kInvalidArgument, "--collective-timeout must be positive");
   LS_REQUIRE(threads >= 0, ErrorKind::kInvalidArgument, "--threads must be >= 0 (0: automatic), got {}", threads);
+  LS_REQUIRE(threads <= kMaxThreads, ErrorKind::kInvalidArgument, "--threads {} is above the limit of {}", threads,
+             kMaxThreads);
   LS_REQUIRE(max_seq_len >= 0, ErrorKind::kInvalidArgument, "--max-seq-len must be >= 0, got {}", max_seq_len);
   LS_REQUIRE(max_batch >= 1, ErrorKind::kInvalidArgument, "--max-batch must be >= 1, got {}", max_batch);
   LS_REQUIRE(max_step_tokens >= 0, ErrorKind::kInvalidArgument, "--max-step-tokens must be >= 0, got {}",
@@ -112,14 +116,15 @@ int64_t resolve_max_seq_len(const ModelConfig& c, const ShardPlan& p, const Engi
   const int64_t limit = c.max_positions();
   const std::string limit_name = fmt::format("max_position_embeddings {}", limit);
   if (o.max_seq_len > 0) {
-    LS_REQUIRE(o.max_seq_len <= limit, ErrorKind::kInvalidArgument, "--max-seq-len {} exceeds the model's {}",
-               o.max_seq_len, limit_name);
+    LS_REQUIRE(o.max_seq_len <= limit, ErrorKind::kInvalidArgument, "{} {} exceeds the model's {}",
+               o.max_seq_len_origin, o.max_seq_len, limit_name);
     LS_REQUIRE(o.max_seq_len <= fits, ErrorKind::kInvalidArgument,
-               "--max-seq-len {} needs {} bytes of KV cache per rank, over the budget of {} bytes", o.max_seq_len,
-               o.max_seq_len * per_position, budget);
+               "{} {} for a batch of {} sequences needs {} bytes of KV cache per rank, over the budget of {} bytes",
+               o.max_seq_len_origin, o.max_seq_len, o.max_batch, o.max_seq_len * per_position, budget);
     return o.max_seq_len;
   }
-  LS_REQUIRE(fits >= 1, ErrorKind::kInvalidArgument, "the KV cache budget of {} bytes holds no position", budget);
+  LS_REQUIRE(fits >= 1, ErrorKind::kInvalidArgument,
+             "the KV cache budget of {} bytes holds no position for a batch of {} sequences", budget, o.max_batch);
   if (fits < limit)
     spdlog::warn("KV cache capped at {} positions (the model's {}): budget {} bytes", fits, limit_name, budget);
   return std::min(fits, limit);

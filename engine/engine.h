@@ -37,10 +37,12 @@ struct EngineOptions {
   std::string comm = "auto";
   double collective_timeout_s = 60.0;
   int64_t max_seq_len = 0;       // 0: the model's max_positions(), capped by kv_cache_bytes
+  std::string max_seq_len_origin = "--max-seq-len";  // what set max_seq_len, for its errors
   int64_t max_batch = 1;         // sequences at once
   // Tokens per forward step; longer prompts are chunked. 0: step_tokens()'s default.
   int64_t max_step_tokens = 0;
   int64_t kv_cache_bytes = 0;    // 0: Backend::default_kv_cache_bytes (host memory on the CPU, free GPU memory on CUDA)
+  static constexpr int kMaxThreads = 1024;
   int threads = 0;               // host threads per rank: CPU ops, weight loading (0: this host's cores / its ranks)
   bool eager = false;            // no graphs: launch every op of every step
   bool no_pdl = false;           // CUDA: no launch overlap (programmatic dependent launch)

@@ -234,16 +234,42 @@ RandomModel random_model(const ModelConfig& shape, DType dtype, uint64_t seed) {
           .tensors = generated_tensors(c, dtype, seed)};
 }
 
+namespace {
+
+// Fails before anything is written when --out is a file, or when the weights'
+// bytes exceed the free space where they would go (the nearest existing
+// folder of --out).
+void check_output_room(const std::filesystem::path& out, uint64_t bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  LS_REQUIRE(!fs::exists(out, ec) || fs::is_directory(out, ec), ErrorKind::kInvalidArgument,
+             "--out {} is a file, not a folder", out.string());
+  fs::path existing = fs::absolute(out, ec);
+  while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.parent_path())
+    existing = existing.parent_path();
+  const fs::space_info room = fs::space(existing, ec);
+  if (ec) return;  // unknown: the writes themselves report a full disk
+  LS_REQUIRE(bytes <= room.available, ErrorKind::kInvalidArgument,
+             "--out {}: the model's weights take {:.2f} GB, but {} has {:.2f} GB free", out.string(),
+             static_cast<double>(bytes) / 1e9, existing.string(), static_cast<double>(room.available) / 1e9);
+}
+
+}  // namespace
+
 void write_random_model(const MakeModelOptions& options) {
   MakeModelOptions o = options;
   o.shape = complete_random_shape(o.shape);
   o.validate();
+  const std::vector<GeneratedTensor> tensors = generated_tensors(o.shape, o.dtype, o.seed);
+  uint64_t bytes = 0;
+  for (const GeneratedTensor& t : tensors) bytes += spec_bytes(t.spec);
+  check_output_room(o.out, bytes);
   std::filesystem::create_directories(o.out);
   write_json(o.out / "config.json", config_json(o.shape, o.dtype, o.style));
   write_json(o.out / "generation_config.json",
              ordered_json{{"bos_token_id", o.shape.bos_token_id}, {"eos_token_id", o.shape.eos_token_ids[0]},
                           {"do_sample", false}});
-  write_tensors(o, generated_tensors(o.shape, o.dtype, o.seed));
+  write_tensors(o, tensors);
   // A byte-level BPE tokenizer needs 256 byte ids plus the two special ones.
   if (o.write_tokenizer && o.shape.vocab_size >= 260)
     write_byte_level_bpe_tokenizer(o.out / "tokenizer.json", static_cast<int32_t>(o.shape.vocab_size));

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include "common/error.h"
 
@@ -218,32 +222,82 @@ uint64_t sharded_checkpoint_bytes(const TensorStore& store, const ModelConfig& c
 
 }  // namespace
 
-void check_checkpoint_shapes(const TensorStore& store, const ModelConfig& c) {
+namespace {
+
+// The tensors a checkpoint of config c holds, with the shapes c implies.
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c) {
   const int64_t h = c.hidden_size;
-  expect_shape(store, "model.embed_tokens.weight", {c.vocab_size, h});
-  expect_shape(store, "model.norm.weight", {h});
-  if (!c.tie_word_embeddings) expect_shape(store, "lm_head.weight", {c.vocab_size, h});
+  std::vector<std::pair<std::string, std::vector<int64_t>>> t{{"model.embed_tokens.weight", {c.vocab_size, h}},
+                                                              {"model.norm.weight", {h}}};
+  if (!c.tie_word_embeddings) t.push_back({"lm_head.weight", {c.vocab_size, h}});
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    expect_shape(store, layer_name(l, "input_layernorm.weight"), {h});
-    expect_shape(store, layer_name(l, "post_attention_layernorm.weight"), {h});
-    expect_shape(store, layer_name(l, "self_attn.q_proj.weight"), {c.q_dim(), h});
-    expect_shape(store, layer_name(l, "self_attn.k_proj.weight"), {c.kv_dim(), h});
-    expect_shape(store, layer_name(l, "self_attn.v_proj.weight"), {c.kv_dim(), h});
-    expect_shape(store, layer_name(l, "self_attn.o_proj.weight"), {h, c.q_dim()});
+    const auto add = [&](const char* suffix, std::vector<int64_t> shape) {
+      t.emplace_back(layer_name(l, suffix), std::move(shape));
+    };
+    add("input_layernorm.weight", {h});
+    add("post_attention_layernorm.weight", {h});
+    add("self_attn.q_proj.weight", {c.q_dim(), h});
+    add("self_attn.k_proj.weight", {c.kv_dim(), h});
+    add("self_attn.v_proj.weight", {c.kv_dim(), h});
+    add("self_attn.o_proj.weight", {h, c.q_dim()});
     if (c.qkv_bias) {
-      expect_shape(store, layer_name(l, "self_attn.q_proj.bias"), {c.q_dim()});
-      expect_shape(store, layer_name(l, "self_attn.k_proj.bias"), {c.kv_dim()});
-      expect_shape(store, layer_name(l, "self_attn.v_proj.bias"), {c.kv_dim()});
+      add("self_attn.q_proj.bias", {c.q_dim()});
+      add("self_attn.k_proj.bias", {c.kv_dim()});
+      add("self_attn.v_proj.bias", {c.kv_dim()});
     }
-    if (c.o_bias) expect_shape(store, layer_name(l, "self_attn.o_proj.bias"), {h});
+    if (c.o_bias) add("self_attn.o_proj.bias", {h});
     if (c.qk_norm) {
-      expect_shape(store, layer_name(l, "self_attn.q_norm.weight"), {c.head_dim});
-      expect_shape(store, layer_name(l, "self_attn.k_norm.weight"), {c.head_dim});
+      add("self_attn.q_norm.weight", {c.head_dim});
+      add("self_attn.k_norm.weight", {c.head_dim});
     }
-    expect_shape(store, layer_name(l, "mlp.gate_proj.weight"), {c.intermediate_size, h});
-    expect_shape(store, layer_name(l, "mlp.up_proj.weight"), {c.intermediate_size, h});
-    expect_shape(store, layer_name(l, "mlp.down_proj.weight"), {h, c.intermediate_size});
+    add("mlp.gate_proj.weight", {c.intermediate_size, h});
+    add("mlp.up_proj.weight", {c.intermediate_size, h});
+    add("mlp.down_proj.weight", {h, c.intermediate_size});
   }
+  return t;
+}
+
+// The layer a "model.layers.N.*" name belongs to, else -1.
+int64_t layer_of(const std::string& name) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (!name.starts_with(kPrefix)) return -1;
+  int64_t layer = 0;
+  size_t i = kPrefix.size();
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && layer < (int64_t{1} << 40); ++i)
+    layer = layer * 10 + (name[i] - '0');
+  return i > kPrefix.size() && i < name.size() && name[i] == '.' ? layer : -1;
+}
+
+// Tensors the config leaves unread: a layer past num_hidden_layers means the
+// config does not describe the checkpoint (an error); anything else (an old
+// rotary table, a bias the config turns off, an LM head beside tied
+// embeddings) is left out as transformers leaves it, with a warning.
+void check_unread_tensors(const TensorStore& store, const ModelConfig& c,
+                          const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected) {
+  std::unordered_set<std::string> used;
+  for (const auto& e : expected) used.insert(e.first);
+  std::vector<std::string> unread;
+  for (const std::string& name : store.names()) {
+    const int64_t layer = layer_of(name);
+    LS_REQUIRE(layer < c.num_layers, ErrorKind::kModel,
+               "the checkpoint holds tensor '{}' of layer {}, but config.json's num_hidden_layers is {}", name, layer,
+               c.num_layers);
+    if (!used.contains(name)) unread.push_back(name);
+  }
+  if (std::find(unread.begin(), unread.end(), "lm_head.weight") != unread.end())
+    spdlog::warn("tie_word_embeddings is true: lm_head.weight in the checkpoint is not used (the LM head is the "
+                 "embedding table, as in transformers)");
+  if (!unread.empty())
+    spdlog::warn("{} checkpoint tensor(s) not used by this config, e.g. {}", unread.size(),
+                 fmt::join(unread.begin(), unread.begin() + std::min<size_t>(unread.size(), 3), ", "));
+}
+
+}  // namespace
+
+void check_checkpoint_shapes(const TensorStore& store, const ModelConfig& c) {
+  const auto expected = expected_tensors(c);
+  for (const auto& [name, shape] : expected) expect_shape(store, name, shape);
+  check_unread_tensors(store, c, expected);
 }
 
 ModelWeights load_weights(const TensorStore& store, const ModelConfig& c, const ShardPlan& p, Communicator& comm,

@@ -192,28 +192,23 @@ nlohmann::json bench_prefill(Engine& engine, const BenchConfig& b, std::mt19937&
           {"tflop_per_s", (matmul + attn) / secs / 1e12}};
 }
 
-std::vector<int64_t> parse_batches(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    try {
-      out.push_back(std::stoll(item));
-    } catch (const std::exception&) {
-      LS_FAIL(ErrorKind::kInvalidArgument, "--batch: '{}' is not a number", item);
-    }
-    LS_REQUIRE(out.back() >= 1, ErrorKind::kInvalidArgument, "--batch sizes must be >= 1");
-  }
-  LS_REQUIRE(!out.empty(), ErrorKind::kInvalidArgument, "--batch is empty");
-  return out;
+// --batch, --ctx, --steps and --prefill, before any loading.
+std::vector<int64_t> checked_batches(const BenchConfig& b) {
+  std::vector<int64_t> batches = parse_int_list(b.batches, "--batch", "batch size");
+  for (int64_t v : batches) LS_REQUIRE(v >= 1, ErrorKind::kInvalidArgument, "--batch sizes must be >= 1, got {}", v);
+  LS_REQUIRE(b.ctx >= 1, ErrorKind::kInvalidArgument, "--ctx must be >= 1, got {}", b.ctx);
+  LS_REQUIRE(b.prefill >= 1, ErrorKind::kInvalidArgument, "--prefill must be >= 1, got {}", b.prefill);
+  LS_REQUIRE(b.steps > 4, ErrorKind::kInvalidArgument, "bench needs --steps > 4, got {}", b.steps);
+  return batches;
 }
 
 int run_bench(BenchConfig& b) {
-  const std::vector<int64_t> batches = parse_batches(b.batches);
+  const std::vector<int64_t> batches = checked_batches(b);
   b.sampling.validate();
   if (world().rank == 0 && !b.json.empty()) require_output_path(b.json, "--json");  // rank 0 writes it
   b.engine.max_batch = *std::max_element(batches.begin(), batches.end());
   b.engine.max_seq_len = std::max(b.ctx + b.steps, b.prefill + 1);
+  b.engine.max_seq_len_origin = "bench's context (--ctx + --steps, or --prefill + 1)";
   // The prefill prompt in one step unless --max-step-tokens chunks it.
   if (b.engine.max_step_tokens == 0) b.engine.max_step_tokens = std::max<int64_t>(b.prefill, 256);
   b.engine.collective_timeout_s = world().collective_timeout_s;
@@ -270,12 +265,13 @@ void add_bench_command(CLI::App& root, CommandTable& table) {
   auto b = std::make_shared<BenchConfig>();
   CLI::App* cmd = root.add_subcommand("bench", "decode and prefill speed on random prompts");
   auto* model = cmd->add_option("--model", b->engine.model_dir, "Hugging Face model folder");
-  cmd->add_option("--preset", b->engine.preset,
+  auto* preset = cmd->add_option("--preset", b->engine.preset,
                   "instead of --model: random bf16 weights of a make-model preset (tiny, small, llama3-8b, "
                   "llama3-70b, qwen3-8b), generated in memory, no checkpoint")
       ->excludes(model);
   cmd->add_option("--arch", b->engine.preset_arch, "the preset's architecture (llama, mistral, qwen2, qwen3)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(preset);
   b->engine.backend = default_backend();
   b->engine.local_rank = world().local_rank;
   b->engine.local_ranks = world().local_size;

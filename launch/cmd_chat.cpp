@@ -147,6 +147,7 @@ int run_chat(ChatSession& s) {
   generator.set_prefix_reuse(!s.no_prefix_reuse);
   const int64_t context = engine.group().runner().limits().max_seq;
   nlohmann::ordered_json messages = start;
+  int64_t refused = 0;  // turns that did not fit: the exit status says so when input is piped
   for (int64_t turn = 0;; ++turn) {
     std::optional<std::string> line = next_user_line(*world().comm);
     if (!line) break;
@@ -165,6 +166,7 @@ int run_chat(ChatSession& s) {
         spdlog::error("the conversation ({} tokens) fills the context ({}): /reset to start again", r.prompt.size(),
                       context);
       messages.erase(messages.end() - 1);
+      ++refused;
       continue;
     }
     // The reply as text on every rank (valid UTF-8, special tokens left out,
@@ -183,7 +185,7 @@ int run_chat(ChatSession& s) {
     if (world().rank == 0) std::cout << tail << std::endl;
     messages.push_back({{"role", "assistant"}, {"content", reply.text()}});
   }
-  return 0;
+  return refused == 0 ? 0 : 1;
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // generate and score: the subcommands that run a model.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -11,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/io/npy.h"
@@ -45,9 +49,9 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
       ->capture_default_str();
   cmd->add_option("--max-step-tokens", c.engine.max_step_tokens,
                   "prompt tokens a forward step may hold; longer prompts are prefilled in chunks of this many "
-                  "(default 2048 on cuda, 256 on cpu)");
+                  "(0 or unset: 2048 on cuda, 256 on cpu)");
   cmd->add_option("--max-seq-len", c.engine.max_seq_len,
-                  "KV cache length (default: the model's max_position_embeddings, capped by memory; "
+                  "KV cache length (0 or unset: the model's max_position_embeddings, capped by memory; "
                   "a sliding-window model also keeps every position)");
   cmd->add_option("--threads", c.engine.threads,
                   "host threads per rank: the CPU backend's ops and the weights' conversion as they load "
@@ -55,22 +59,50 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_option("--diag", c.diag, "comma-separated diagnostics: shapes,attn,timing,numerics");
 }
 
-std::vector<int32_t> parse_id_list(const std::string& text, const char* option) {
-  std::vector<int32_t> ids;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+std::vector<int64_t> parse_int_list(const std::string& text, const char* option, const char* what) {
+  std::vector<int64_t> values;
+  for (size_t start = 0;;) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     size_t used = 0;
     long long v = 0;
     try {
       v = std::stoll(item, &used);
+    } catch (const std::out_of_range&) {
+      LS_FAIL(ErrorKind::kInvalidArgument, "{}: {} {} is out of range", option, what, item);
     } catch (const std::exception&) {
       used = 0;
     }
-    LS_REQUIRE(used == item.size() && !item.empty(), ErrorKind::kInvalidArgument,
-               "{}: '{}' is not an integer token id", option, item);
+    LS_REQUIRE(used == item.size() && !item.empty(), ErrorKind::kInvalidArgument, "{}: '{}' is not an integer {}",
+               option, item, what);
+    values.push_back(v);
+    if (comma == std::string::npos) return values;
+    start = comma + 1;
+  }
+}
+
+CLI::Validator integer_at_least(long long least) {
+  return CLI::Validator(
+      [least](std::string& text) -> std::string {
+        size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        return used == text.size() && !text.empty() && v >= least
+                   ? std::string()
+                   : fmt::format("must be an integer >= {}, got '{}'", least, text);
+      },
+      fmt::format("INT>={}", least));
+}
+
+std::vector<int32_t> parse_id_list(const std::string& text, const char* option) {
+  std::vector<int32_t> ids;
+  for (int64_t v : parse_int_list(text, option, "token id")) {
     LS_REQUIRE(v >= INT32_MIN && v <= INT32_MAX, ErrorKind::kInvalidArgument,
-               "{}: token id {} is outside the vocabulary", option, item);
+               "{}: token id {} is outside the vocabulary", option, v);
     ids.push_back(static_cast<int32_t>(v));
   }
   return ids;
@@ -82,11 +114,12 @@ void log_start(const char* what, const ModelRunConfig& c) {
 
 void add_generation_options(CLI::App* cmd, GenerationRequest& request, StopOptions& stop, bool with_ignore_eos) {
   cmd->add_option("--max-new-tokens", request.max_new_tokens, "tokens to generate (most, with stop ids)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_at_least(1));
   cmd->add_option("--temperature", request.sampling.temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", request.sampling.top_k, "0 = no limit")->capture_default_str();
   cmd->add_option("--top-p", request.sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
-  cmd->add_option("--seed", request.sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", request.sampling.seed, "sampling seed")->capture_default_str()->check(integer_at_least(0));
   cmd->add_option("--stop-ids", stop.ids, "comma-separated ids that end generation (default: the model's eos ids)");
   cmd->add_option("--stop", stop.strings,
                   "a text that ends generation, not shown (repeatable; text prompts only; matched in the text "
@@ -133,13 +166,7 @@ struct TextOptions {
   bool text() const { return prompt.has_value() || !prompt_file.empty() || !chat.messages_file.empty(); }
 };
 
-std::string read_prompt_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read prompt file {}", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_prompt_file(const std::string& path) { return read_whole_file(path, "--prompt-file"); }
 
 // The prompt's ids: --prompt-ids as given, text through the tokenizer (with
 // the post-processor's special tokens unless --no-special-tokens), or a
@@ -170,19 +197,44 @@ std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions&
   return tokenizer;
 }
 
+// The keys a --prompts-file line may hold.
+constexpr const char* kPromptsFileKeys[] = {"prompt", "prompt_ids", "messages", "max_new_tokens", "temperature",
+                                            "top_k", "top_p", "seed", "stop"};
+
+// A --prompts-file line's integer setting `key`, in [lo, hi]: an integral
+// JSON number (1.0 included), never a fraction or a value beyond the range.
+int64_t line_integer(const nlohmann::ordered_json& line, const char* key, int64_t lo, int64_t hi) {
+  const nlohmann::ordered_json& v = line[key];
+  const bool integral = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                                  std::floor(v.get<double>()) == v.get<double>());
+  LS_REQUIRE(integral, ErrorKind::kInvalidArgument, "\"{}\" must be an integer, got {}", key, v.dump());
+  const double d = v.get<double>();
+  LS_REQUIRE(d >= static_cast<double>(lo) && d <= static_cast<double>(hi), ErrorKind::kInvalidArgument,
+             "\"{}\" must be in [{}, {}], got {}", key, lo, hi, v.dump());
+  return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>())
+                                : (v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d));
+}
+
 // A --prompts-file line's own settings over the command line's.
 GenerationRequest request_settings(const nlohmann::ordered_json& line, const GenerationRequest& shared,
                                    const std::string& where) {
   GenerationRequest r = shared;
   try {
-    if (line.contains("max_new_tokens")) r.max_new_tokens = line["max_new_tokens"].get<int64_t>();
+    for (const auto& [key, value] : line.items())
+      LS_REQUIRE(std::find_if(std::begin(kPromptsFileKeys), std::end(kPromptsFileKeys),
+                              [&](const char* k) { return key == k; }) != std::end(kPromptsFileKeys),
+                 ErrorKind::kInvalidArgument, "unknown key \"{}\" (known: {})", key, fmt::join(kPromptsFileKeys, ", "));
+    constexpr int64_t kMost = int64_t{1} << 53;  // exact in a JSON double
+    if (line.contains("max_new_tokens")) r.max_new_tokens = line_integer(line, "max_new_tokens", 1, kMost);
     if (line.contains("temperature")) r.sampling.temperature = line["temperature"].get<double>();
-    if (line.contains("top_k")) r.sampling.top_k = line["top_k"].get<int64_t>();
+    if (line.contains("top_k")) r.sampling.top_k = line_integer(line, "top_k", 0, kMost);
     if (line.contains("top_p")) r.sampling.top_p = line["top_p"].get<double>();
-    if (line.contains("seed")) r.sampling.seed = line["seed"].get<uint64_t>();
+    if (line.contains("seed")) {
+      LS_REQUIRE(line["seed"].is_number_unsigned(), ErrorKind::kInvalidArgument,
+                 "\"seed\" must be an integer >= 0, got {}", line["seed"].dump());
+      r.sampling.seed = line["seed"].get<uint64_t>();
+    }
     r.sampling.validate();
-    LS_REQUIRE(r.max_new_tokens >= 0, ErrorKind::kInvalidArgument, "max_new_tokens must be >= 0, got {}",
-               r.max_new_tokens);
   } catch (const nlohmann::json::exception& e) {
     LS_FAIL(ErrorKind::kInvalidArgument, "{}: a setting has the wrong type: {}", where, e.what());
   } catch (const Error& e) {
@@ -270,8 +322,7 @@ struct PromptsFile {
 // they do not depend on which requests share a step).
 PromptsFile read_prompts_file(const ModelRunConfig& c, const TextOptions& t, const GenerationRequest& shared,
                               const std::vector<std::string>& shared_stops, std::optional<Tokenizer>& tokenizer) {
-  std::ifstream in(t.prompts_file, std::ios::binary);
-  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read --prompts-file {}", t.prompts_file);
+  std::istringstream in(read_whole_file(t.prompts_file, "--prompts-file"));
   PromptsFile file;
   std::vector<GenerationRequest>& requests = file.requests;
   std::string text;
@@ -409,6 +460,11 @@ int run_score(ModelRunConfig& c) {
   Engine engine(c.engine, *world().comm);
   Generator generator(engine.group());
   std::vector<float> logits = generator.score(prompt);
+  const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });
+  const int64_t vocab = engine.config().vocab_size;
+  LS_REQUIRE(bad == logits.end(), ErrorKind::kModel,
+             "logit {} of prompt position {} is {}: the model's weights or config give non-finite values",
+             (bad - logits.begin()) % vocab, (bad - logits.begin()) / vocab, *bad);
   if (world().rank == 0)
     write_npy_f32(c.dump_logits, {static_cast<int64_t>(prompt.size()), engine.config().vocab_size}, logits.data());
   return 0;

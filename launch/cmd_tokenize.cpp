@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "launch/commands.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,12 +40,7 @@ std::string read_text_file(const std::string& path) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
-  std::ifstream in(path, std::ios::binary);
-  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot open text file {}", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  LS_REQUIRE(!in.bad(), ErrorKind::kIo, "cannot read text file {}", path);
-  return s.str();
+  return read_whole_file(path, "--text-file");
 }
 
 // Ids given as separate arguments and/or separated by commas or spaces.

@@ -3,8 +3,11 @@
 // into one line naming the problem and a non-zero exit of the whole job.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -12,9 +15,38 @@
 #include "launch/commands.h"
 #include "launch/world.h"
 
+namespace {
+
+// The one line a command-line mistake gets: CLI11's message, or for a missing
+// or unknown command the commands there are. argv's first word that is
+// neither an option nor the value of a global option is the command asked for.
+std::string parse_failure(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    names.push_back(sub->get_name());
+  const std::string commands = fmt::format("commands: {}", fmt::join(names, ", "));
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (sub->parsed()) return fmt::format("{} (lockstep {} --help lists its options)", e.what(), sub->get_name());
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') {
+      const bool takes_value = std::strcmp(argv[i], "--log-level") == 0 || std::strcmp(argv[i], "--collective-timeout") == 0;
+      i += takes_value ? 1 : 0;
+      continue;
+    }
+    if (std::find(names.begin(), names.end(), argv[i]) != names.end())
+      return fmt::format("{} (lockstep {} --help lists its options)", e.what(), argv[i]);
+    return fmt::format("unknown command '{}' ({})", argv[i], commands);
+  }
+  if (std::strstr(e.what(), "subcommand is required") != nullptr) return fmt::format("no command given ({})", commands);
+  return fmt::format("{} (lockstep --help lists the {})", e.what(), commands);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace lockstep;
   cli::init_world(&argc, &argv);
+  cli::init_logging();
   CLI::App app{"lockstep: tensor-parallel LLM inference, one MPI rank per device"};
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand
@@ -34,13 +66,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);  // prints help or the parse error (rank 0 only would be nicer, but all agree)
+    int code = e.get_exit_code();
+    if (code == 0)
+      app.exit(e);  // --help
+    else
+      spdlog::error("invalid argument: {}", parse_failure(app, e, argc, argv));
     cli::finalize_world();
     return code;
   }
   int code = 1;
   try {
-    cli::setup_logging(log_level, level_opt->count() > 0);
+    cli::set_log_level(log_level, level_opt->count() > 0);
     cli::connect_world(collective_timeout_s);
     spdlog::info("rank {} of {} (local rank {}), pid {}", cli::world().rank, cli::world().size,
                  cli::world().local_rank, static_cast<long>(getpid()));

@@ -65,10 +65,13 @@ void abort_world(int code) {
   std::exit(code);
 }
 
-void setup_logging(const std::string& level, bool level_given) {
+void init_logging() {
   auto logger = spdlog::stderr_color_mt("lockstep");
   logger->set_pattern(fmt::format("[%H:%M:%S.%e] [rank {}] [%^%l%$] %v", g_world.rank));
   spdlog::set_default_logger(logger);
+}
+
+void set_log_level(const std::string& level, bool level_given) {
   spdlog::level::level_enum lvl = spdlog::level::from_str(level);
   if (spdlog::level::to_string_view(lvl) != level && level != "warning")
     LS_FAIL(ErrorKind::kInvalidArgument, "unknown --log-level '{}' (trace, debug, info, warn, error, off)", level);

@@ -31,8 +31,11 @@ void finalize_world();
 // ranks run (every rank exits non-zero), else exit(code).
 [[noreturn]] void abort_world(int code);
 
-// spdlog with the rank in every line. Rank 0 logs at `level` (default info);
-// other ranks log warnings and errors only unless a level was given.
-void setup_logging(const std::string& level, bool level_given);
+// spdlog with the rank in every line (before the command line is parsed, so
+// that its errors look like every other).
+void init_logging();
+// Rank 0 logs at `level` (default info); other ranks log warnings and errors
+// only unless a level was given.
+void set_log_level(const std::string& level, bool level_given);
 
 }  // namespace lockstep::cli

@@ -332,10 +332,11 @@ TEST_F(ChatCli, ChatKeepsTheConversationAcrossTurns) {
   std::ofstream(dir_ / "strict.jinja") << "{% if messages[0].role == 'system' %}S{% endif %}{{ messages[-1].content }}";
   EXPECT_EQ(run(lockstep("chat " + common + " --chat-template " + (dir_ / "strict.jinja").string()) + input,
                 dir_ / "strict").exit_code, 0);
-  // A turn that does not fit the context is refused with one error line; the session goes on.
+  // A turn that does not fit the context is refused with one error line; the
+  // session goes on, and its exit status reports the refused turn.
   std::ofstream(dir_ / "in.txt") << std::string(300, 'x') << "\nHi\n";
   const CommandResult full = run(lockstep("chat " + common + " --max-seq-len 128") + input, dir_ / "full");
-  EXPECT_EQ(full.exit_code, 0) << full.err;
+  EXPECT_EQ(full.exit_code, 1) << full.err;
   EXPECT_NE(full.err.find("fills the context"), std::string::npos) << full.err;
   EXPECT_EQ(full.out, first);
 }

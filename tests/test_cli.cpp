@@ -279,7 +279,8 @@ TEST_F(Cli, PromptsFileErrorsNameTheLine) {
                        {"line 2", "chat template refused the messages: bad turn"});
   expect_clean_failure(with_lines("\n\n"), {"holds no prompts"});
   expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"temperature\": -1}\n"), {"line 1", "temperature"});
-  expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"max_new_tokens\": \"x\"}\n"), {"line 1", "wrong type"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"max_new_tokens\": \"x\"}\n"), {"line 1", "must be an integer"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"top_p\": \"x\"}\n"), {"line 1", "wrong type"});
   expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"max_new_tokens\": -3}\n"), {"line 1", "max_new_tokens"});
   expect_clean_failure(generate(model, "--prompts-file " + (dir_ / "none.jsonl").string()), {"none.jsonl"});
   std::ofstream(dir_ / "ok.jsonl") << "{\"prompt_ids\": [1]}\n";
@@ -360,6 +361,7 @@ TEST_F(Cli, SlidingWindowRunsPastTheWindow) {
     auto model = make_model(window.is_null() ? "full" : "windowed");
     rewrite_config(model, [&](nlohmann::json& j) {
       j["architectures"] = {"MistralForCausalLM"};
+      j["model_type"] = "mistral";
       j["sliding_window"] = window;
     });
     const auto dump = dir_ / (window.is_null() ? "full.npy" : "windowed.npy");

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "tokenizer/template_internal.h"
 
 namespace lockstep {
@@ -19,13 +20,7 @@ struct ChatTemplate::Parsed {
 
 namespace {
 
-std::string read_text(const std::filesystem::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  LS_REQUIRE(in.good(), ErrorKind::kIo, "cannot read {} {}", what, path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string read_text(const std::filesystem::path& path, const char* what) { return read_whole_file(path, what); }
 
 nlohmann::ordered_json read_json(const std::filesystem::path& path, const char* what) {
   const std::string text = read_text(path, what);

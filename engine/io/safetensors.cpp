@@ -72,12 +72,13 @@ bool is_valid_utf8(std::string_view s) {
 
 // Parses JSON text, failing on any object that repeats a key: nlohmann::json
 // would silently keep the last one, which would hide a duplicated tensor.
-json parse_json_rejecting_duplicate_keys(std::string_view text, const std::string& file) {
+// `what` names the text in errors ("header", "index").
+json parse_json_rejecting_duplicate_keys(std::string_view text, const std::string& file, const char* what) {
   // nlohmann's lexer takes a NUL byte for the end of input and would accept
   // "{}\0garbage"; in valid JSON a raw NUL can appear nowhere, not even in strings.
   const size_t nul = text.find('\0');
   LS_REQUIRE(nul == std::string_view::npos, ErrorKind::kModel,
-             "{}: header is not valid JSON: NUL byte at offset {}", file, nul);
+             "{}: {} is not valid JSON: NUL byte at offset {}", file, what, nul);
   std::vector<std::set<std::string>> open_objects;
   auto on_event = [&](int, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::object_start) {
@@ -94,7 +95,7 @@ json parse_json_rejecting_duplicate_keys(std::string_view text, const std::strin
   try {
     return json::parse(text.begin(), text.end(), on_event);
   } catch (const json::parse_error& e) {
-    LS_FAIL(ErrorKind::kModel, "{}: header is not valid JSON: {}", file, e.what());
+    LS_FAIL(ErrorKind::kModel, "{}: {} is not valid JSON: {}", file, what, e.what());
   }
 }
 
@@ -343,7 +344,7 @@ void SafetensorsFile::parse_header() {
   const std::string_view text(reinterpret_cast<const char*>(bytes) + kHeaderLengthBytes,
                               header_length);
   LS_REQUIRE(is_valid_utf8(text), ErrorKind::kModel, "{}: header is not valid UTF-8", file);
-  const json header = parse_json_rejecting_duplicate_keys(text, file);
+  const json header = parse_json_rejecting_duplicate_keys(text, file, "header");
   LS_REQUIRE(header.is_object(), ErrorKind::kModel, "{}: header is not a JSON object", file);
 
   for (const auto& [key, value] : header.items()) {
@@ -424,7 +425,7 @@ fs::path TensorStore::resolve_shard(const std::string& shard, const fs::path& in
 
 void TensorStore::open_shards(const fs::path& index) {
   const std::string index_file = index.string();
-  const json root = parse_json_rejecting_duplicate_keys(read_text_file(index), index_file);
+  const json root = parse_json_rejecting_duplicate_keys(read_text_file(index), index_file, "index");
   LS_REQUIRE(root.is_object() && root.contains("weight_map") && root["weight_map"].is_object(),
              ErrorKind::kModel, "{}: no 'weight_map' object", index_file);
 
