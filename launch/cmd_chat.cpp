@@ -96,6 +96,8 @@ struct ApplyOptions {
 int run_apply(const ApplyOptions& o) {
   ChatOptions chat = o.chat;
   chat.chat = true;
+  LS_REQUIRE(o.prompt.has_value() || !chat.messages_file.empty(), ErrorKind::kInvalidArgument,
+             "apply-chat-template needs --prompt or --messages");
   const std::string text = render_chat(chat, o.model_dir, o.prompt);
   const size_t written = std::fwrite(text.data(), 1, text.size(), stdout);
   LS_REQUIRE(written == text.size() && std::fflush(stdout) == 0, ErrorKind::kIo, "cannot write to standard output");

@@ -369,6 +369,7 @@ TEST_F(ChatCli, BadChatInputsFailCleanly) {
   std::ofstream(dir_ / "broken.json") << "[{";
   fails_with("apply-chat-template --model " + model.string() + " --messages " + (dir_ / "broken.json").string(),
              "not valid JSON");
+  fails_with("apply-chat-template --model " + model.string(), "apply-chat-template needs --prompt or --messages");
 }
 
 }  // namespace
