@@ -247,6 +247,20 @@ void expect_refused(const std::function<void(nlohmann::json&)>& edit, const std:
   fs::remove(path);
 }
 
+TEST(Tokenizer, RefusesAFolderAndAnEmptyVocab) {
+  const fs::path folder = temp_path("folder_tokenizer");
+  fs::create_directories(folder / "tokenizer.json");  // a folder where the file goes
+  expect_error([&] { Tokenizer::load(folder); }, ErrorKind::kIo, {"tokenizer file", "is a folder"});
+  fs::remove_all(folder);
+  expect_refused(
+      [](nlohmann::json& j) {
+        j["model"]["vocab"] = nlohmann::json::object();
+        j["model"]["merges"] = nlohmann::json::array();
+        j["added_tokens"] = nlohmann::json::array();
+      },
+      "model.vocab is empty");
+}
+
 TEST(Tokenizer, RefusesUnsupportedTypesByName) {
   for (const char* model : {"WordPiece", "Unigram", "WordLevel"}) {
     expect_refused([&](nlohmann::json& j) { j["model"]["type"] = model; }, model);

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace lockstep::tok_detail {
@@ -193,6 +194,7 @@ TokenizerJson read_tokenizer_json(const std::filesystem::path& path) {
                  "tokenizer.json with --tokenizer)", path.filename().string(), other);
     LS_FAIL(ErrorKind::kIo, "cannot open tokenizer file {}", path.string());
   }
+  require_readable_file(path, "tokenizer file");  // not a folder
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);

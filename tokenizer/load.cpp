@@ -263,6 +263,7 @@ void build_model(const json& model, tok_detail::TokenizerJson& file, TokenizerIm
   check_bpe_options(model, sentencepiece);
   LS_REQUIRE(file.has_vocab && file.has_merges, ErrorKind::kModel,
              "tokenizer.json: BPE model needs a vocab object and a merges list");
+  LS_REQUIRE(file.vocab.size() > 0, ErrorKind::kModel, "tokenizer.json: model.vocab is empty");
   bool ignore_merges = flag(model, "ignore_merges", false);
   LS_REQUIRE(!(sentencepiece && ignore_merges), ErrorKind::kModel,
              "tokenizer.json: ignore_merges is not supported without a ByteLevel pre-tokenizer");
