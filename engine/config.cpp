@@ -243,7 +243,7 @@ std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
 }
 
 json read_json_file(const std::filesystem::path& path) {
-  const std::string text = read_whole_file(path, path.filename().string());
+  const std::string text = read_whole_file(path, "file");
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -381,10 +381,11 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   LS_REQUIRE(std::filesystem::exists(config_path), ErrorKind::kIo, "missing {}", config_path.string());
   ModelConfig c = parse_model_config(read_json_file(config_path));
   auto gen_path = model_dir / "generation_config.json";
-  if (std::filesystem::exists(gen_path)) {
+  if (std::filesystem::exists(std::filesystem::symlink_status(gen_path))) {
     try {
       json g = read_json_file(gen_path);
-      if (g.is_object() && g.contains("eos_token_id")) {
+      if (!g.is_object()) config_error(fmt::format("expected a JSON object, got {}", g.type_name()));
+      if (g.contains("eos_token_id")) {
         c.eos_token_ids = parse_token_ids(g["eos_token_id"], "eos_token_id");
         c.validate();
       }

@@ -26,11 +26,6 @@ void expect_shape(const TensorStore& store, const std::string& name, std::vector
              name, fmt::join(t.shape, ", "), fmt::join(shape, ", "));
 }
 
-// FNV-1a over the bytes of every replicated weight, in load order.
-uint64_t fnv1a(uint64_t h, const std::vector<uint8_t>& bytes) {
-  for (uint8_t b : bytes) h = (h ^ b) * 0x100000001b3ull;
-  return h;
-}
 
 class WeightReader {
  public:
@@ -108,7 +103,7 @@ class WeightReader {
     comm_.broadcast(buf.data(), buf.bytes(), 0);
     std::vector<uint8_t> held(static_cast<size_t>(buf.bytes()));
     backend_.to_host(held.data(), buf.data(), buf.bytes());
-    stats_->replicated_checksum = fnv1a(stats_->replicated_checksum, held);
+    stats_->replicated_checksum = fnv1a(stats_->replicated_checksum, held.data(), held.size());  // in load order
     return buf;
   }
 
@@ -305,7 +300,7 @@ ModelWeights load_weights(const TensorStore& store, const ModelConfig& c, const 
   LoadStats local;
   if (stats == nullptr) stats = &local;
   *stats = LoadStats{};
-  stats->replicated_checksum = 0xcbf29ce484222325ull;
+  stats->replicated_checksum = kFnvOffset;
   check_checkpoint_shapes(store, c);
   stats->sharded_bytes_in_checkpoint = sharded_checkpoint_bytes(store, c);
   WeightReader reader(store, c, p, comm, backend, stats);

@@ -113,16 +113,35 @@ struct ChatSession {
   bool no_prefix_reuse = false;
 };
 
+constexpr int64_t kMaxLineBytes = int64_t{64} << 20;
+constexpr int64_t kEnd = -1, kReadError = -2, kTooLong = -3;  // the line's length, or why there is none
+
+// One line of standard input without its newline: its length, kEnd at the
+// end of the input, kReadError, or kTooLong past kMaxLineBytes.
+int64_t read_line(std::string& line) {
+  line.clear();
+  for (int c; (c = std::getc(stdin)) != EOF;) {
+    if (c == '\n') return static_cast<int64_t>(line.size());
+    if (static_cast<int64_t>(line.size()) == kMaxLineBytes) return kTooLong;
+    line.push_back(static_cast<char>(c));
+  }
+  if (std::ferror(stdin)) return kReadError;
+  return line.empty() ? kEnd : static_cast<int64_t>(line.size());  // a last line without a newline
+}
+
 // The next user line, read by rank 0 and sent to every rank; nullopt at the
 // end of the input or /exit. The other ranks wait without a deadline.
 std::optional<std::string> next_user_line(Communicator& comm) {
   std::string line;
-  int64_t length = -1;
+  int64_t length = kEnd;
   if (comm.rank() == 0) {
     if (::isatty(STDIN_FILENO)) std::cout << "> " << std::flush;
-    if (std::getline(std::cin, line) && line != "/exit" && line != "/quit") length = static_cast<int64_t>(line.size());
+    length = read_line(line);
+    if (length >= 0 && (line == "/exit" || line == "/quit")) length = kEnd;
   }
   comm.broadcast_unhurried(&length, sizeof(length), 0);
+  LS_REQUIRE(length != kReadError, ErrorKind::kIo, "cannot read standard input");
+  LS_REQUIRE(length != kTooLong, ErrorKind::kInvalidArgument, "a chat line is longer than {} bytes", kMaxLineBytes);
   if (length < 0) return std::nullopt;
   line.resize(static_cast<size_t>(length));
   if (length > 0) comm.broadcast(line.data(), length, 0);

@@ -372,6 +372,25 @@ std::vector<StopStringStream> text_streams(const ModelRunConfig& c, const TextOp
 // and those before it are done: {"index", "ids", "text" (when a tokenizer was
 // used; special tokens left out, as in the streamed text, and cut before a
 // stop string), "stopped"}.
+// Every rank must run the same requests: ranks that read different prompts
+// (a file that reads differently on each, a job launched with different
+// arguments) would enter collectives of different sizes. Checked before the
+// engine's first step, with one small all-gather.
+void require_same_requests_on_all_ranks(const std::vector<GenerationRequest>& requests) {
+  uint64_t h = kFnvOffset;
+  for (const GenerationRequest& r : requests) {
+    const uint64_t n = r.prompt.size();
+    h = fnv1a(h, &n, sizeof n);
+    h = fnv1a(h, r.prompt.data(), r.prompt.size() * sizeof(int32_t));
+    h = fnv1a(h, &r.max_new_tokens, sizeof r.max_new_tokens);
+    const SamplingParams& s = r.sampling;
+    for (const void* field : {static_cast<const void*>(&s.temperature), static_cast<const void*>(&s.top_k),
+                              static_cast<const void*>(&s.top_p), static_cast<const void*>(&s.seed)})
+      h = fnv1a(h, field, 8);
+  }
+  verify_same_on_all_ranks(*world().comm, h, "the requests' checksum (prompt ids and settings)");
+}
+
 int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const StopOptions& stop,
                        const TextOptions& text) {
   LS_REQUIRE(c.dump_logits.empty(), ErrorKind::kInvalidArgument, "--dump-logits takes one prompt, not --prompts-file");
@@ -385,6 +404,7 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   for (size_t r = 0; r < texts.size(); ++r) stop_on_strings(requests[r], texts[r]);
   if (c.max_batch_option == nullptr || c.max_batch_option->count() == 0)
     c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(requests.size()), 32);
+  require_same_requests_on_all_ranks(requests);
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
   const std::vector<int32_t> stop_ids = resolve_stop_ids(stop, engine.config());
@@ -426,6 +446,7 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   LS_REQUIRE(tokenizer || stop.strings.empty(), ErrorKind::kInvalidArgument,
              "--stop needs a text prompt (--prompt, --prompt-file, --messages or --prompts-file), not --prompt-ids");
   if (world().rank == 0 && !c.dump_logits.empty()) require_output_path(c.dump_logits, "--dump-logits");
+  require_same_requests_on_all_ranks({request});
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
   request.stop_ids = resolve_stop_ids(stop, engine.config());
@@ -456,6 +477,7 @@ int run_score(ModelRunConfig& c) {
   c.engine.collective_timeout_s = world().collective_timeout_s;
   std::vector<int32_t> prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
   if (world().rank == 0) require_output_path(c.dump_logits, "--dump-logits");
+  require_same_requests_on_all_ranks({GenerationRequest{.prompt = prompt, .max_new_tokens = 0}});
   log_start("score", c);
   Engine engine(c.engine, *world().comm);
   Generator generator(engine.group());

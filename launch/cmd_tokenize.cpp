@@ -38,7 +38,7 @@ struct DetokenizeOptions {
 
 std::string read_text_file(const std::string& path) {
   if (path == "-") {
-    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    return read_standard_input("--text-file -");
   }
   return read_whole_file(path, "--text-file");
 }

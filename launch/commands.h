@@ -38,9 +38,12 @@ struct CommandTable {
 inline void require_output_path(const std::string& path, const char* option) {
   namespace fs = std::filesystem;
   const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  LS_REQUIRE(fs::is_directory(folder), ErrorKind::kInvalidArgument, "{} {}: folder {} does not exist", option, path,
-             folder.string());
-  LS_REQUIRE(!fs::is_directory(path), ErrorKind::kInvalidArgument, "{} {}: is a folder", option, path);
+  std::error_code ec;
+  LS_REQUIRE(fs::path(path).filename().string().size() <= 255, ErrorKind::kInvalidArgument,
+             "{} {}: the file name is longer than 255 bytes", option, path);
+  LS_REQUIRE(fs::is_directory(folder, ec), ErrorKind::kInvalidArgument, "{} {}: folder {} does not exist", option,
+             path, folder.string());
+  LS_REQUIRE(!fs::is_directory(path, ec), ErrorKind::kInvalidArgument, "{} {}: is a folder", option, path);
   LS_REQUIRE(::access(folder.c_str(), W_OK) == 0, ErrorKind::kInvalidArgument, "{} {}: folder {} is not writable",
              option, path, folder.string());
 }

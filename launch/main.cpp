@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <exception>
 #include <string>
 #include <vector>
@@ -39,6 +41,32 @@ std::string parse_failure(const CLI::App& app, const CLI::ParseError& e, int arg
   }
   if (std::strstr(e.what(), "subcommand is required") != nullptr) return fmt::format("no command given ({})", commands);
   return fmt::format("{} (lockstep --help lists the {})", e.what(), commands);
+}
+
+// Options whose value may be empty: an empty prompt, system message or stop
+// string means something (the last is refused by its own check, by name).
+constexpr const char* kMayBeEmpty[] = {"--prompt", "--system", "--stop"};
+
+// Refuses an empty value ('') for every other option given: a path, a list
+// or a number left empty by a script is a mistake, never "the default".
+void refuse_empty_values(const CLI::App& app) {
+  std::vector<const CLI::App*> apps{&app};
+  for (const CLI::App* sub : app.get_subcommands()) apps.push_back(sub);
+  for (const CLI::App* a : apps)
+    for (const CLI::Option* opt : a->get_options()) {
+      if (opt->count() == 0 || opt->get_type_size() == 0) continue;  // not given, or a flag
+      const std::string name = opt->get_name();
+      if (std::find(std::begin(kMayBeEmpty), std::end(kMayBeEmpty), name) != std::end(kMayBeEmpty)) continue;
+      for (const std::string& value : opt->results())
+        LS_REQUIRE(!value.empty(), lockstep::ErrorKind::kInvalidArgument, "{} must not be empty", name);
+    }
+}
+
+// --collective-timeout: at least a millisecond (the transports wait in
+// milliseconds) and at most a week, which a deadline in nanoseconds holds.
+void check_collective_timeout(double seconds) {
+  LS_REQUIRE(seconds >= 1e-3 && seconds <= 7 * 24 * 3600.0, lockstep::ErrorKind::kInvalidArgument,
+             "--collective-timeout must be between 0.001 and 604800 seconds, got {}", seconds);
 }
 
 }  // namespace
@@ -77,11 +105,21 @@ int main(int argc, char** argv) {
   int code = 1;
   try {
     cli::set_log_level(log_level, level_opt->count() > 0);
+    refuse_empty_values(app);
+    check_collective_timeout(collective_timeout_s);
     cli::connect_world(collective_timeout_s);
+    uint64_t command_line = kFnvOffset;  // every rank must run the same command
+    for (int i = 1; i < argc; ++i) command_line = fnv1a(command_line, argv[i], std::strlen(argv[i]) + 1);
+    verify_same_on_all_ranks(*cli::world().comm, command_line, "the command line's checksum");
     spdlog::info("rank {} of {} (local rank {}), pid {}", cli::world().rank, cli::world().size,
                  cli::world().local_rank, static_cast<long>(getpid()));
     for (auto& [sub, run] : table.entries)
       if (sub->parsed()) code = run();
+    // Output that did not reach standard output (a full disk, a closed pipe
+    // reader) is a failed run, whatever the command printed it with.
+    std::cout.flush();
+    LS_REQUIRE(!std::cout.bad() && std::fflush(stdout) == 0 && !std::ferror(stdout), ErrorKind::kIo,
+               "cannot write to standard output");
   } catch (const Error& e) {
     spdlog::error("{}: {}", error_kind_name(e.kind()), e.what());
     cli::abort_world(2);

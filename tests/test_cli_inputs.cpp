@@ -145,6 +145,11 @@ TEST_F(CliInputs, GenerationConfigErrorsNameThatFile) {
   CommandResult r = generate(model, "--prompt-ids 1");
   expect_clean_failure(r, {"generation_config.json:", "eos_token_id"});
   EXPECT_EQ(r.err.find(": config.json:"), std::string::npos) << r.err;
+  std::ofstream(model / "generation_config.json") << "[1, 2]";
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"generation_config.json:", "JSON object"});
+  std::filesystem::remove(model / "generation_config.json");
+  std::filesystem::create_symlink(dir_ / "absent.json", model / "generation_config.json");
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"generation_config.json:", "does not exist"});
 }
 
 // NaN weights (bf16 0x7fc0) make every logit NaN: no token to choose, greedy
@@ -170,6 +175,78 @@ TEST_F(CliInputs, PathsAndFlagsThatDoNotFit) {
   ASSERT_TRUE(std::filesystem::exists(sharded / "model.safetensors.index.json"));
   std::ofstream(sharded / "model.safetensors.index.json") << "{\"weight_map\": ";
   expect_clean_failure(generate(sharded, "--prompt-ids 1"), {"model.safetensors.index.json", "index is not valid JSON"});
+}
+
+TEST_F(CliInputs, EmptyValuesAndGlobalFlags) {
+  auto model = make_model("m");
+  expect_clean_failure(generate(model, "--prompt-ids 1 --dump-logits ''"), {"--dump-logits must not be empty"});
+  expect_clean_failure(generate(model, "--prompt-ids 1 --stop-ids ''"), {"--stop-ids must not be empty"});
+  expect_clean_failure(lockstep_run("--collective-timeout 1e300 generate --backend cpu --model " + model.string() +
+                                    " --prompt-ids 1"),
+                       {"--collective-timeout", "1e+300"});
+  expect_clean_failure(lockstep_run("--collective-timeout 0.0004 generate --backend cpu --model " + model.string() +
+                                    " --prompt-ids 1"),
+                       {"--collective-timeout", "0.0004"});
+  const std::string long_name = (dir_ / (std::string(300, 'a') + ".npy")).string();
+  expect_clean_failure(generate(model, "--prompt-ids 1 --dump-logits " + long_name), {"--dump-logits", "255 bytes"});
+  // An empty prompt is a prompt (of the tokenizer's special tokens alone; this tokenizer adds none).
+  CommandResult empty_prompt = generate(model, "--prompt '' --max-new-tokens 1");
+  EXPECT_EQ(empty_prompt.err.find("must not be empty"), std::string::npos) << empty_prompt.err;
+}
+
+// Output lost on the way to standard output, and input that cannot be read
+// from it, fail instead of passing for a run.
+TEST_F(CliInputs, StandardStreamsThatFail) {
+  auto model = make_model("m");
+  std::ofstream(model / "tokenizer_config.json") << R"({"chat_template": "{{ messages[-1].content }}"})";
+  expect_clean_failure(run("sh -c '" + lockstep("generate --backend cpu --model " + model.string() + " --prompt-ids 1,2") +
+                               " > /dev/full'", dir_ / "full"),
+                       {"cannot write to standard output"});
+  expect_clean_failure(lockstep_run("tokenize --tokenizer " + model.string() + " --text-file - < " + model.string()),
+                       {"cannot read", "standard input"});
+  expect_clean_failure(lockstep_run("chat --backend cpu --model " + model.string() + " < " + model.string()),
+                       {"cannot read standard input"});
+  expect_clean_failure(lockstep_run("tokenize --tokenizer " + model.string() + " --text-file /dev/zero"),
+                       {"/dev/zero", "larger than"});
+}
+
+// Ranks that would run different requests stop at once, naming the
+// difference, instead of entering collectives of different sizes.
+TEST_F(CliInputs, RanksMustAgreeOnTheRun) {
+  auto model = make_model("m");
+  const std::string gen = lockstep("generate --backend cpu --model " + model.string());
+  CommandResult r = run(mpirun(1) + gen + " --prompt-ids 1,2 : -np 1 " + gen + " --prompt-ids 3,4,5", dir_ / "mpmd", 60);
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_LT(r.exit_code, 128) << r.err;
+  EXPECT_NE(r.err.find("the command line's checksum differs between rank 0 and rank(s) 1"), std::string::npos) << r.err;
+  r = run(mpirun(2) + gen + " --prompt-file /proc/self/stat", dir_ / "stat", 60);  // reads differently on each rank
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_LT(r.exit_code, 128) << r.err;
+  EXPECT_NE(r.err.find("the requests' checksum (prompt ids and settings) differs"), std::string::npos) << r.err;
+}
+
+TEST_F(CliInputs, ConversationsAndTemplatesWithinBounds) {
+  auto model = make_model("m");
+  std::ofstream(model / "tokenizer_config.json") << R"({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})";
+  const std::string apply = "apply-chat-template --model " + model.string();
+  const auto messages = dir_ / "m.json";
+  std::ofstream(messages) << "[{\"role\": \"user\", \"content\": " << std::string(5000, '[') << std::string(5000, ']') << "}]";
+  expect_clean_failure(lockstep_run(apply + " --messages " + messages.string()), {"nest deeper than 256"});
+  std::ofstream(messages) << R"([{"role": "user", "content": 18446744073709551615}])";
+  expect_clean_failure(lockstep_run(apply + " --messages " + messages.string()), {"18446744073709551615", "64-bit"});
+  expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template-kwargs '{\"messages\": []}'"),
+                       {"may not set \"messages\""});
+  const auto runaway = dir_ / "t.jinja";
+  std::ofstream(runaway) << R"({{ range(100000)|join("x" * 100000) }})";
+  expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template " + runaway.string()), {"64 MiB"});
+  std::ofstream(runaway) << R"({{ ("x" * 1000000)|replace("x", "xxxxxxxxxx")|replace("x", "xxxxxxxxxx") }})";
+  expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template " + runaway.string()), {"64 MiB"});
+  std::ofstream(runaway) << "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}";
+  expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template " + runaway.string()), {"1048576 items"});
+  std::ofstream(runaway) << "{{ messages|tojson(indent=1000000000) }}";
+  expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template " + runaway.string()), {"64 MiB"});
+  std::ofstream(model / "tokenizer_config.json") << R"({"bos_token": 5, "chat_template": "{{ bos_token }}"})";
+  expect_clean_failure(lockstep_run(apply + " --prompt hi"), {"tokenizer_config.json", "bos_token", "5"});
 }
 
 TEST_F(CliInputs, MakeModelChecksItsOutputFirst) {

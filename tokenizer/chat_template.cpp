@@ -1,6 +1,7 @@
 #include "tokenizer/chat_template.h"
 
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -36,10 +37,15 @@ std::map<std::string, std::string> special_tokens(const nlohmann::ordered_json& 
   std::map<std::string, std::string> out;
   for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
     auto it = config.find(key);
-    if (it == config.end()) continue;
-    if (it->is_string()) out[key] = it->get<std::string>();
-    else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    if (it == config.end() || it->is_null()) continue;  // null: no such token (common for pad_token)
+    if (it->is_string()) {
+      out[key] = it->get<std::string>();
+    } else {
+      LS_REQUIRE(it->is_object() && it->contains("content") && (*it)["content"].is_string(), ErrorKind::kModel,
+                 "tokenizer_config.json: {} must be a string or an object with a string \"content\", got {}", key,
+                 it->dump());
       out[key] = (*it)["content"].get<std::string>();
+    }
   }
   return out;
 }
@@ -60,22 +66,31 @@ std::string template_of_config(const nlohmann::ordered_json& config, const std::
   LS_FAIL(ErrorKind::kModel, "{}: chat_template must be a string or a list of named templates", path.string());
 }
 
-Value to_value(const nlohmann::ordered_json& j) {
+// Nesting deeper than any conversation's (tool calls included) is refused
+// rather than followed into a stack overflow.
+constexpr int kMaxJsonDepth = 256;
+
+Value to_value(const nlohmann::ordered_json& j, int depth = 0) {
+  LS_REQUIRE(depth <= kMaxJsonDepth, ErrorKind::kInvalidArgument,
+             "chat messages or template variables nest deeper than {} levels", kMaxJsonDepth);
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value::from(j.get<bool>());
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: return Value::from(j.get<int64_t>());
+    case nlohmann::json::value_t::number_integer: return Value::from(j.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      LS_REQUIRE(j.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), ErrorKind::kInvalidArgument,
+                 "chat messages: the integer {} is outside the templates' 64-bit range", j.dump());
+      return Value::from(j.get<int64_t>());
     case nlohmann::json::value_t::number_float: return Value::from(j.get<double>());
     case nlohmann::json::value_t::string: return Value::from(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       jinja::List l;
-      for (const auto& e : j) l.push_back(to_value(e));
+      for (const auto& e : j) l.push_back(to_value(e, depth + 1));
       return Value::from(std::move(l));
     }
     case nlohmann::json::value_t::object: {
       jinja::Dict d;
-      for (const auto& [k, v] : j.items()) d.emplace_back(k, to_value(v));
+      for (const auto& [k, v] : j.items()) d.emplace_back(k, to_value(v, depth + 1));
       return Value::from(std::move(d));
     }
     default: LS_FAIL(ErrorKind::kInvalidArgument, "chat messages: unsupported JSON value {}", j.dump());
@@ -180,7 +195,15 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
   globals["add_generation_prompt"] = Value::from(options.add_generation_prompt);
   globals["tools"] = Value::none();
   globals["documents"] = Value::none();
-  for (const auto& [name, value] : options.variables.items()) globals[name] = to_value(value);
+  for (const auto& [name, value] : options.variables.items()) {
+    // The conversation and the generation prompt come from their own options
+    // (transformers refuses them as duplicates); "tools" and "documents" come
+    // only from here, and special tokens may be replaced, as there.
+    for (const char* own : {"messages", "add_generation_prompt"})
+      LS_REQUIRE(name != own, ErrorKind::kInvalidArgument,
+                 "--chat-template-kwargs may not set \"{}\": the conversation and its options set it", name);
+    globals[name] = to_value(value);
+  }
   return jinja::render(parsed_->body, globals);
 }
 

@@ -178,6 +178,7 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   int64_t done = 0;
   if (from.empty()) template_error("replace: empty pattern is not supported");
   while ((count < 0 || done < count) && (pos = s.find(from, start)) != std::string::npos) {
+    check_value_bytes(out.size() + (pos - start) + to.size() + (s.size() - pos));
     out += s.substr(start, pos - start) + to;
     start = pos + from.size();
     ++done;
@@ -246,6 +247,7 @@ Value string_method(const std::string& s, const std::string& name) {
       std::string out;
       for (size_t i = 0; i < items->list->size(); ++i) {
         if (!(*items->list)[i].is_string()) template_error("join: the list holds a non-string");
+        check_value_bytes(out.size() + s.size() + (*items->list)[i].string.size());
         out += (i > 0 ? s : "") + (*items->list)[i].string;
       }
       return Value::from(std::move(out));
@@ -395,7 +397,10 @@ Value map_filter(const Value& input, const CallArgs& a) {
 
 Value indent_filter(const Value& input, const CallArgs& a) {
   const Value width = arg_or(a, 0, "width", Value::from(int64_t{4}));
-  const std::string pad = width.is_string() ? width.string : std::string(static_cast<size_t>(width.integer), ' ');
+  if (width.kind == Kind::kInt) check_value_bytes(width.integer < 0 ? 0 : static_cast<size_t>(width.integer));
+  // Python's " " * width: nothing for a negative width.
+  const std::string pad = width.is_string() ? width.string
+                                            : std::string(width.integer < 0 ? 0 : static_cast<size_t>(width.integer), ' ');
   const bool first = arg_or(a, 1, "first", Value::from(false)).truthy();
   const bool blank = arg_or(a, 2, "blank", Value::from(false)).truthy();
   const std::string s = python_str(input);
@@ -404,6 +409,7 @@ Value indent_filter(const Value& input, const CallArgs& a) {
   for (bool first_line = true; start <= s.size(); first_line = false) {
     const size_t nl = s.find('\n', start);
     const std::string line = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+    check_value_bytes(out.size() + pad.size() + line.size());
     if ((!first_line || first) && (blank || !line.empty())) out += pad;
     out += line;
     if (nl == std::string::npos) break;
@@ -448,8 +454,11 @@ std::optional<Value> sequence_filter(const std::string& name, const Value& input
     const Value* attr = a.get(1, "attribute");
     std::string out, sep = python_str(arg_or(a, 0, "d", Value::from("")));  // str(d): Markup or not, a plain join
     const List items = as_list(input);
-    for (size_t i = 0; i < items.size(); ++i)
-      out += (i > 0 ? sep : "") + python_str(attr != nullptr ? attribute_of(items[i], *attr) : items[i]);
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string item = python_str(attr != nullptr ? attribute_of(items[i], *attr) : items[i]);
+      check_value_bytes(out.size() + sep.size() + item.size());
+      out += (i > 0 ? sep : "") + item;
+    }
     return Value::from(std::move(out));
   }
   if (name == "default" || name == "d") {

@@ -16,12 +16,17 @@ namespace {
 // gigabytes) fails with an error instead of exhausting the stack, memory or time.
 constexpr int kMaxMacroDepth = 64;
 constexpr int64_t kMaxLoopIterations = 1'000'000;
-constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+constexpr size_t kMaxOutputBytes = kMaxValueBytes;
 
-// A string or list about to be made `size` long (bytes or items).
+// A string about to be made `size` bytes long.
 void check_size(size_t size, int line) {
   if (size > kMaxOutputBytes)
     template_error(fmt::format("a value of more than {} MiB (line {})", kMaxOutputBytes >> 20, line));
+}
+
+// A list about to be made `items` long.
+void check_items(size_t items, int line) {
+  if (items > kMaxListItems) template_error(fmt::format("a list of more than {} items (line {})", kMaxListItems, line));
 }
 
 class Scope {
@@ -139,14 +144,18 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
     return joined;
   }
   if (op == "+" && a.kind == Value::Kind::kList && b.kind == Value::Kind::kList) {
-    check_size(a.list->size() + b.list->size(), line);
+    check_items(a.list->size() + b.list->size(), line);
     List joined = *a.list;
     joined.insert(joined.end(), b.list->begin(), b.list->end());
     return Value::from(std::move(joined));
   }
   if (op == "*" && (a.is_string() || a.kind == Value::Kind::kList) && b.kind == Value::Kind::kInt) {
     const size_t unit = a.is_string() ? a.string.size() : a.list->size();
-    if (b.integer > 0 && unit > 0) check_size(static_cast<uint64_t>(b.integer) > kMaxOutputBytes ? kMaxOutputBytes + 1 : unit * static_cast<size_t>(b.integer), line);
+    if (b.integer > 0 && unit > 0) {
+      const size_t most = a.is_string() ? kMaxOutputBytes : kMaxListItems;
+      const size_t size = static_cast<uint64_t>(b.integer) > most ? most + 1 : unit * static_cast<size_t>(b.integer);
+      a.is_string() ? check_size(size, line) : check_items(size, line);
+    }
     if (a.is_string()) {
       Value repeated = Value::from(std::string());
       for (int64_t i = 0; i < b.integer; ++i) repeated.string += a.string;

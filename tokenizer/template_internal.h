@@ -84,6 +84,15 @@ std::string html_escape(const std::string& s);
 // Throws kModel "chat template: <what>" (a template the subset cannot render
 // or that is wrong), control characters in `what` escaped to keep one line.
 [[noreturn]] void template_error(const std::string& what);
+
+// The most a template may build: strings of kMaxValueBytes, lists of
+// kMaxListItems (a list item costs far more than a byte). Builders check
+// before they grow a value, so a runaway template fails before it has
+// taken the memory.
+inline constexpr size_t kMaxValueBytes = size_t{64} << 20;
+inline constexpr size_t kMaxListItems = size_t{1} << 20;
+// Fails when a string is about to be made `size` bytes long, past kMaxValueBytes.
+void check_value_bytes(size_t size);
 std::string one_line(const std::string& text);  // "\n" for a newline, "\x01" for other controls
 
 // One level of nesting (an expression, a block, a macro call) for its

@@ -21,6 +21,10 @@ std::string one_line(const std::string& text) {
 
 void template_error(const std::string& what) { LS_FAIL(ErrorKind::kModel, "chat template: {}", one_line(what)); }
 
+void check_value_bytes(size_t size) {
+  if (size > kMaxValueBytes) template_error(fmt::format("a value of more than {} MiB", kMaxValueBytes >> 20));
+}
+
 const Value* CallArgs::get(size_t index, const char* name) const {
   if (index < positional.size()) return &positional[index];
   for (const auto& [key, value] : keyword)
@@ -203,7 +207,8 @@ void json_value(const Value& v, int indent, int level, std::string& out) {
   const auto newline = [&](int depth) {
     if (indent < 0) return;
     out.push_back('\n');
-    out.append(static_cast<size_t>(indent * depth), ' ');
+    check_value_bytes(out.size() + static_cast<size_t>(indent) * static_cast<size_t>(depth));
+    out.append(static_cast<size_t>(indent) * static_cast<size_t>(depth), ' ');
   };
   const char* separator = indent < 0 ? ", " : ",";
   switch (v.kind) {

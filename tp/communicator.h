@@ -51,6 +51,14 @@ std::unique_ptr<Communicator> make_mpi_communicator(double collective_timeout_s)
 // behind (logs the message first); mpirun then ends the whole job.
 [[noreturn]] void end_process_after_collective_failure(const std::string& message);
 
+// The checksums verify_same_on_all_ranks compares: FNV-1a over `n` bytes,
+// continuing `h` (start from kFnvOffset).
+inline constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+inline uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(data)[i]) * 0x100000001b3ull;
+  return h;
+}
+
 // Compares a checksum across ranks (all-gather) and throws kRankFailure naming
 // the ranks that disagree with rank 0 and what was compared.
 void verify_same_on_all_ranks(Communicator& comm, uint64_t local_checksum, const std::string& what);
