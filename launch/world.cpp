@@ -2,7 +2,10 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
+#include <utility>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -72,9 +75,16 @@ void init_logging() {
 }
 
 void set_log_level(const std::string& level, bool level_given) {
-  spdlog::level::level_enum lvl = spdlog::level::from_str(level);
-  if (spdlog::level::to_string_view(lvl) != level && level != "warning")
+  // By name, not through spdlog's own names (which spell warn "warning" and
+  // map any unknown word to off).
+  constexpr std::pair<const char*, spdlog::level::level_enum> kLevels[] = {
+      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug}, {"info", spdlog::level::info},
+      {"warn", spdlog::level::warn},   {"warning", spdlog::level::warn}, {"error", spdlog::level::err},
+      {"off", spdlog::level::off}};
+  const auto it = std::find_if(std::begin(kLevels), std::end(kLevels), [&](const auto& l) { return level == l.first; });
+  if (it == std::end(kLevels))
     LS_FAIL(ErrorKind::kInvalidArgument, "unknown --log-level '{}' (trace, debug, info, warn, error, off)", level);
+  spdlog::level::level_enum lvl = it->second;
   if (g_world.rank != 0 && !level_given) lvl = spdlog::level::warn;
   spdlog::set_level(lvl);
 }

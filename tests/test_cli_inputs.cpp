@@ -189,6 +189,12 @@ TEST_F(CliInputs, EmptyValuesAndGlobalFlags) {
                        {"--collective-timeout", "0.0004"});
   const std::string long_name = (dir_ / (std::string(300, 'a') + ".npy")).string();
   expect_clean_failure(generate(model, "--prompt-ids 1 --dump-logits " + long_name), {"--dump-logits", "255 bytes"});
+  // Every level the help names is taken (spdlog spells warn "warning"; both work), nothing else.
+  for (const char* level : {"trace", "debug", "info", "warn", "warning", "error", "off"}) {
+    CommandResult r = generate(model, std::string("--prompt-ids 1 --max-new-tokens 1 --log-level ") + level);
+    EXPECT_EQ(r.exit_code, 0) << level << ": " << r.err;
+  }
+  expect_clean_failure(generate(model, "--prompt-ids 1 --log-level loud"), {"--log-level 'loud'"});
   // An empty prompt is a prompt (of the tokenizer's special tokens alone; this tokenizer adds none).
   CommandResult empty_prompt = generate(model, "--prompt '' --max-new-tokens 1");
   EXPECT_EQ(empty_prompt.err.find("must not be empty"), std::string::npos) << empty_prompt.err;
