@@ -96,8 +96,12 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const TensorStore&
   else if (checkpoint == DType::kF16)
     dtype = DType::kF16;
 #if LOCKSTEP_WITH_CUDA
-  const int device = o.devices.empty() ? o.local_rank % std::max(1, cuda_device_count())
-                                       : o.devices[static_cast<size_t>(o.local_rank) % o.devices.size()];
+  const int gpus = cuda_device_count();
+  LS_REQUIRE(gpus > 0, ErrorKind::kInvalidArgument, "--backend cuda: this host has no usable GPU (try --backend cpu)");
+  const int device =
+      o.devices.empty() ? o.local_rank % gpus : o.devices[static_cast<size_t>(o.local_rank) % o.devices.size()];
+  LS_REQUIRE(device < gpus, ErrorKind::kInvalidArgument, "--devices: GPU {} does not exist (this host has {})", device,
+             gpus);
   return make_cuda_backend(device, dtype, !o.no_pdl);
 #else
   LS_FAIL(ErrorKind::kInvalidArgument, "unknown backend '{}' for {}", o.backend, dtype_name(dtype));

@@ -255,6 +255,18 @@ TEST_F(CliInputs, ConversationsAndTemplatesWithinBounds) {
   expect_clean_failure(lockstep_run(apply + " --prompt hi"), {"tokenizer_config.json", "bos_token", "5"});
 }
 
+// --backend cuda where there is no GPU (CI, a laptop) names the problem; on a
+// GPU machine this test has nothing to check.
+TEST_F(CliInputs, CudaBackendWithoutAGpu) {
+  auto model = make_model("m");
+  CommandResult r = run(lockstep("generate --backend cuda --model " + model.string() + " --prompt-ids 1"), dir_ / "cuda");
+  if (r.exit_code == 0) GTEST_SKIP() << "this machine has a GPU";
+  const bool named = r.err.find("this host has no usable GPU") != std::string::npos ||
+                     r.err.find("this build has: cpu") != std::string::npos;
+  EXPECT_TRUE(named) << r.err;
+  expect_clean_failure(r, {"cuda"});
+}
+
 TEST_F(CliInputs, MakeModelChecksItsOutputFirst) {
   const auto file = dir_ / "a_file";
   std::ofstream(file) << "x";

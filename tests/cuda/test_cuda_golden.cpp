@@ -148,6 +148,15 @@ TEST_F(CudaCli, UnsupportedHeadDimIsRefusedBeforeLoading) {
   EXPECT_EQ(cpu.exit_code, 0) << cpu.err;
 }
 
+TEST_F(CudaCli, DevicesPastTheHostsGpusAreRefused) {
+  make_model_and_prompts();
+  const std::string args = "generate --backend cuda --model " + model().string() + " --prompt-ids 1,2 --devices 999";
+  CommandResult r = run(lockstep(args), dir_ / "devices");
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+  EXPECT_NE(r.err.find("[error] invalid argument: --devices: GPU 999 does not exist"), std::string::npos) << r.err;
+}
+
 // --prompts-file with shared prefixes on the GPU: the prefixes copied between
 // KV-cache slots (a device-to-device copy) give the ids of whole prefills and
 // of the CPU backend. In float32, where a flip needs a top-2 margin as small
