@@ -26,7 +26,6 @@ void expect_shape(const TensorStore& store, const std::string& name, std::vector
              name, fmt::join(t.shape, ", "), fmt::join(shape, ", "));
 }
 
-
 class WeightReader {
  public:
   WeightReader(const TensorStore& store, const ModelConfig& config, const ShardPlan& plan, Communicator& comm,

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <exception>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -31,7 +31,8 @@ std::string parse_failure(const CLI::App& app, const CLI::ParseError& e, int arg
     if (sub->parsed()) return fmt::format("{} (lockstep {} --help lists its options)", e.what(), sub->get_name());
   for (int i = 1; i < argc; ++i) {
     if (argv[i][0] == '-') {
-      const bool takes_value = std::strcmp(argv[i], "--log-level") == 0 || std::strcmp(argv[i], "--collective-timeout") == 0;
+      const bool takes_value =
+          std::strcmp(argv[i], "--log-level") == 0 || std::strcmp(argv[i], "--collective-timeout") == 0;
       i += takes_value ? 1 : 0;
       continue;
     }
