@@ -1,7 +1,9 @@
 // Reading a whole input file, the one way every command does it: a path that
-// is missing, a folder or unreadable fails with a message naming what the
-// file was for ("prompt file", "--prompts-file", ...) and the problem, and so
-// does input past kMaxInputBytes (a device that never ends, as /dev/zero).
+// is missing, a folder, a device or unreadable fails with a message naming
+// what the file was for ("--prompt-file", "chat template", ...) and the
+// problem. A regular file is read whole; a stream (a pipe, standard input)
+// up to kMaxStreamBytes, so that one that never ends fails instead of
+// filling memory.
 #pragma once
 
 #include <cstdint>
@@ -11,15 +13,16 @@
 
 namespace lockstep {
 
-inline constexpr int64_t kMaxInputBytes = int64_t{1} << 30;
+inline constexpr int64_t kMaxStreamBytes = int64_t{1} << 30;
 
-// Fails (ErrorKind::kIo) unless `path` names a file (not a folder) that can be opened.
+// Fails (ErrorKind::kIo) unless `path` names a regular file or a pipe that
+// this process may read. Does not open it (a pipe is read once).
 void require_readable_file(const std::filesystem::path& path, std::string_view what);
 
-// The file's bytes (after require_readable_file), at most kMaxInputBytes.
+// The file's bytes, after require_readable_file.
 std::string read_whole_file(const std::filesystem::path& path, std::string_view what);
 
-// Standard input to its end, at most kMaxInputBytes; a read error fails.
+// Standard input to its end, at most kMaxStreamBytes; a read error fails.
 std::string read_standard_input(std::string_view what);
 
 }  // namespace lockstep

@@ -262,22 +262,23 @@ int64_t layer_of(const std::string& name) {
   return i > kPrefix.size() && i < name.size() && name[i] == '.' ? layer : -1;
 }
 
-// Tensors the config leaves unread: a layer past num_hidden_layers means the
-// config does not describe the checkpoint (an error); anything else (an old
-// rotary table, a bias the config turns off, an LM head beside tied
-// embeddings) is left out as transformers leaves it, with a warning.
+// Tensors the config leaves unread (layers past num_hidden_layers, as when a
+// config is cut down to a quick truncated model; an old rotary table; a bias
+// the config turns off; an LM head beside tied embeddings) are left out as
+// transformers leaves them, with a warning that names the layers.
 void check_unread_tensors(const TensorStore& store, const ModelConfig& c,
                           const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected) {
   std::unordered_set<std::string> used;
   for (const auto& e : expected) used.insert(e.first);
   std::vector<std::string> unread;
+  int64_t last_layer = -1;
   for (const std::string& name : store.names()) {
-    const int64_t layer = layer_of(name);
-    LS_REQUIRE(layer < c.num_layers, ErrorKind::kModel,
-               "the checkpoint holds tensor '{}' of layer {}, but config.json's num_hidden_layers is {}", name, layer,
-               c.num_layers);
+    last_layer = std::max(last_layer, layer_of(name));
     if (!used.contains(name)) unread.push_back(name);
   }
+  if (last_layer >= c.num_layers)
+    spdlog::warn("the checkpoint holds layers {}-{}, past config.json's num_hidden_layers {}: they are not used",
+                 c.num_layers, last_layer, c.num_layers);
   if (std::find(unread.begin(), unread.end(), "lm_head.weight") != unread.end())
     spdlog::warn("tie_word_embeddings is true: lm_head.weight in the checkpoint is not used (the LM head is the "
                  "embedding table, as in transformers)");

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -98,6 +99,22 @@ CLI::Validator integer_at_least(long long least) {
       fmt::format("INT>={}", least));
 }
 
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        size_t used = 0;
+        try {
+          if (!text.empty() && text[0] != '-') std::stoull(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        return used == text.size() && !text.empty()
+                   ? std::string()
+                   : fmt::format("must be an integer from 0 to 18446744073709551615, got '{}'", text);
+      },
+      "UINT64");
+}
+
 std::vector<int32_t> parse_id_list(const std::string& text, const char* option) {
   std::vector<int32_t> ids;
   for (int64_t v : parse_int_list(text, option, "token id")) {
@@ -119,7 +136,7 @@ void add_generation_options(CLI::App* cmd, GenerationRequest& request, StopOptio
   cmd->add_option("--temperature", request.sampling.temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", request.sampling.top_k, "0 = no limit")->capture_default_str();
   cmd->add_option("--top-p", request.sampling.top_p, "nucleus probability in (0, 1]")->capture_default_str();
-  cmd->add_option("--seed", request.sampling.seed, "sampling seed")->capture_default_str()->check(integer_at_least(0));
+  cmd->add_option("--seed", request.sampling.seed, "sampling seed")->capture_default_str()->check(unsigned_integer());
   cmd->add_option("--stop-ids", stop.ids, "comma-separated ids that end generation (default: the model's eos ids)");
   cmd->add_option("--stop", stop.strings,
                   "a text that ends generation, not shown (repeatable; text prompts only; matched in the text "
@@ -197,7 +214,7 @@ std::optional<Tokenizer> load_prompt(const ModelRunConfig& c, const TextOptions&
   return tokenizer;
 }
 
-// The keys a --prompts-file line may hold.
+// The keys a --prompts-file line is read for.
 constexpr const char* kPromptsFileKeys[] = {"prompt", "prompt_ids", "messages", "max_new_tokens", "temperature",
                                             "top_k", "top_p", "seed", "stop"};
 
@@ -220,10 +237,12 @@ GenerationRequest request_settings(const nlohmann::ordered_json& line, const Gen
                                    const std::string& where) {
   GenerationRequest r = shared;
   try {
+    // Other keys (a dataset's "id", a misspelt setting) are left out, as
+    // vLLM's server leaves out unknown fields, and named so a typo shows.
     for (const auto& [key, value] : line.items())
-      LS_REQUIRE(std::find_if(std::begin(kPromptsFileKeys), std::end(kPromptsFileKeys),
-                              [&](const char* k) { return key == k; }) != std::end(kPromptsFileKeys),
-                 ErrorKind::kInvalidArgument, "unknown key \"{}\" (known: {})", key, fmt::join(kPromptsFileKeys, ", "));
+      if (world().rank == 0 && std::find_if(std::begin(kPromptsFileKeys), std::end(kPromptsFileKeys),
+                                            [&](const char* k) { return key == k; }) == std::end(kPromptsFileKeys))
+        spdlog::warn("{}: key \"{}\" is not used (known: {})", where, key, fmt::join(kPromptsFileKeys, ", "));
     constexpr int64_t kMost = int64_t{1} << 53;  // exact in a JSON double
     if (line.contains("max_new_tokens")) r.max_new_tokens = line_integer(line, "max_new_tokens", 1, kMost);
     if (line.contains("temperature")) r.sampling.temperature = line["temperature"].get<double>();
@@ -372,12 +391,13 @@ std::vector<StopStringStream> text_streams(const ModelRunConfig& c, const TextOp
 // and those before it are done: {"index", "ids", "text" (when a tokenizer was
 // used; special tokens left out, as in the streamed text, and cut before a
 // stop string), "stopped"}.
-// Every rank must run the same requests: ranks that read different prompts
-// (a file that reads differently on each, a job launched with different
-// arguments) would enter collectives of different sizes. Checked before the
-// engine's first step, with one small all-gather.
-void require_same_requests_on_all_ranks(const std::vector<GenerationRequest>& requests) {
-  uint64_t h = kFnvOffset;
+// Every rank must run the same command on the same requests: ranks that read
+// different prompts (a file that reads differently on each, a job launched
+// with different arguments) would enter collectives of different sizes.
+// Checked before the engine's first step, with one small all-gather behind a
+// barrier (which waits as long as start-up may take: ranks arrive out of step).
+void require_same_requests_on_all_ranks(std::string_view command, const std::vector<GenerationRequest>& requests) {
+  uint64_t h = fnv1a(kFnvOffset, command.data(), command.size());
   for (const GenerationRequest& r : requests) {
     const uint64_t n = r.prompt.size();
     h = fnv1a(h, &n, sizeof n);
@@ -388,7 +408,8 @@ void require_same_requests_on_all_ranks(const std::vector<GenerationRequest>& re
                               static_cast<const void*>(&s.top_p), static_cast<const void*>(&s.seed)})
       h = fnv1a(h, field, 8);
   }
-  verify_same_on_all_ranks(*world().comm, h, "the requests' checksum (prompt ids and settings)");
+  world().comm->barrier();
+  verify_same_on_all_ranks(*world().comm, h, "the command and its requests' checksum (prompt ids and settings)");
 }
 
 int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const StopOptions& stop,
@@ -404,7 +425,7 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   for (size_t r = 0; r < texts.size(); ++r) stop_on_strings(requests[r], texts[r]);
   if (c.max_batch_option == nullptr || c.max_batch_option->count() == 0)
     c.engine.max_batch = std::min<int64_t>(static_cast<int64_t>(requests.size()), 32);
-  require_same_requests_on_all_ranks(requests);
+  require_same_requests_on_all_ranks("generate", requests);
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
   const std::vector<int32_t> stop_ids = resolve_stop_ids(stop, engine.config());
@@ -446,7 +467,7 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   LS_REQUIRE(tokenizer || stop.strings.empty(), ErrorKind::kInvalidArgument,
              "--stop needs a text prompt (--prompt, --prompt-file, --messages or --prompts-file), not --prompt-ids");
   if (world().rank == 0 && !c.dump_logits.empty()) require_output_path(c.dump_logits, "--dump-logits");
-  require_same_requests_on_all_ranks({request});
+  require_same_requests_on_all_ranks("generate", {request});
   log_start("generate", c);
   Engine engine(c.engine, *world().comm);
   request.stop_ids = resolve_stop_ids(stop, engine.config());
@@ -477,7 +498,7 @@ int run_score(ModelRunConfig& c) {
   c.engine.collective_timeout_s = world().collective_timeout_s;
   std::vector<int32_t> prompt = parse_id_list(c.prompt_ids, "--prompt-ids");
   if (world().rank == 0) require_output_path(c.dump_logits, "--dump-logits");
-  require_same_requests_on_all_ranks({GenerationRequest{.prompt = prompt, .max_new_tokens = 0}});
+  require_same_requests_on_all_ranks("score", {GenerationRequest{.prompt = prompt, .max_new_tokens = 0}});
   log_start("score", c);
   Engine engine(c.engine, *world().comm);
   Generator generator(engine.group());

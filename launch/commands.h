@@ -83,8 +83,9 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c);
 // "1,2,3" -> integers; fails naming `option` and `what` (one item) on
 // anything else, an empty item ("1,,2", "1,") included.
 std::vector<int64_t> parse_int_list(const std::string& text, const char* option, const char* what);
-// A CLI11 check: the option's value is an integer >= least.
+// CLI11 checks: the option's value is an integer >= least; a uint64.
 CLI::Validator integer_at_least(long long least);
+CLI::Validator unsigned_integer();
 // "1,2,3" -> token ids (parse_int_list, then the int32 range).
 std::vector<int32_t> parse_id_list(const std::string& text, const char* option);
 void log_start(const char* what, const ModelRunConfig& c);

@@ -64,10 +64,11 @@ void refuse_empty_values(const CLI::App& app) {
 }
 
 // --collective-timeout: at least a millisecond (the transports wait in
-// milliseconds) and at most a week, which a deadline in nanoseconds holds.
+// milliseconds) and at most 1e7 s (~115 days; a deadline in nanoseconds
+// holds far more).
 void check_collective_timeout(double seconds) {
-  LS_REQUIRE(seconds >= 1e-3 && seconds <= 7 * 24 * 3600.0, lockstep::ErrorKind::kInvalidArgument,
-             "--collective-timeout must be between 0.001 and 604800 seconds, got {}", seconds);
+  LS_REQUIRE(seconds >= 1e-3 && seconds <= 1e7, lockstep::ErrorKind::kInvalidArgument,
+             "--collective-timeout must be between 0.001 and 1e7 seconds, got {}", seconds);
 }
 
 }  // namespace
@@ -109,9 +110,6 @@ int main(int argc, char** argv) {
     refuse_empty_values(app);
     check_collective_timeout(collective_timeout_s);
     cli::connect_world(collective_timeout_s);
-    uint64_t command_line = kFnvOffset;  // every rank must run the same command
-    for (int i = 1; i < argc; ++i) command_line = fnv1a(command_line, argv[i], std::strlen(argv[i]) + 1);
-    verify_same_on_all_ranks(*cli::world().comm, command_line, "the command line's checksum");
     spdlog::info("rank {} of {} (local rank {}), pid {}", cli::world().rank, cli::world().size,
                  cli::world().local_rank, static_cast<long>(getpid()));
     for (auto& [sub, run] : table.entries)
