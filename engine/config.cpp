@@ -321,7 +321,7 @@ void ModelConfig::validate() const {
   };
   at_most(hidden_size, kMostDim, "hidden_size");
   at_most(intermediate_size, kMostDim, "intermediate_size");
-  at_most(num_layers, kMostDim, "num_hidden_layers");
+  at_most(num_layers, 4096, "num_hidden_layers");  // 32x the deepest released model's
   at_most(num_heads, kMostDim, "num_attention_heads");
   at_most(head_dim, kMostDim, "head_dim");
   at_most(num_heads * head_dim, kMostDim, "num_attention_heads * head_dim");
@@ -336,7 +336,8 @@ void ModelConfig::validate() const {
   if (vocab_size > INT32_MAX) config_error("vocab_size too large");
   if (!(rms_norm_eps > 0.0) || !(rms_norm_eps < 1.0))
     config_error(fmt::format("rms_norm_eps must be in (0, 1), got {}", rms_norm_eps));
-  if (!(rope.theta > 0.0)) config_error(fmt::format("rope_theta must be positive, got {}", rope.theta));
+  if (!(rope.theta > 0.0) || !std::isfinite(rope.theta))
+    config_error(fmt::format("rope_theta must be positive and finite, got {}", rope.theta));
   if (rope.type != RopeType::kDefault && (!(rope.factor > 0) || !std::isfinite(rope.factor)))
     config_error(fmt::format("{} rope scaling needs a positive factor, got {}", rope_type_name(rope.type), rope.factor));
   if (rope.type == RopeType::kLlama3 &&

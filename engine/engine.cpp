@@ -38,7 +38,14 @@ void EngineOptions::validate() const {
   LS_REQUIRE(threads <= kMaxThreads, ErrorKind::kInvalidArgument, "--threads {} is above the limit of {}", threads,
              kMaxThreads);
   LS_REQUIRE(max_seq_len >= 0, ErrorKind::kInvalidArgument, "--max-seq-len must be >= 0, got {}", max_seq_len);
+  LS_REQUIRE(max_seq_len <= INT32_MAX, ErrorKind::kInvalidArgument, "--max-seq-len {} is above the limit of {}",
+             max_seq_len, INT32_MAX);
   LS_REQUIRE(max_batch >= 1, ErrorKind::kInvalidArgument, "--max-batch must be >= 1, got {}", max_batch);
+  // Bounds far above any real use that keep the buffer sizes they multiply within 64 bits.
+  LS_REQUIRE(max_batch <= kMaxBatch, ErrorKind::kInvalidArgument, "--max-batch {} is above the limit of {}", max_batch,
+             kMaxBatch);
+  LS_REQUIRE(max_step_tokens <= kMaxStepTokens, ErrorKind::kInvalidArgument,
+             "--max-step-tokens {} is above the limit of {}", max_step_tokens, kMaxStepTokens);
   LS_REQUIRE(max_step_tokens >= 0, ErrorKind::kInvalidArgument, "--max-step-tokens must be >= 0, got {}",
              max_step_tokens);
   LS_REQUIRE(kv_cache_bytes >= 0, ErrorKind::kInvalidArgument, "KV cache budget must be >= 0");

@@ -43,6 +43,8 @@ struct EngineOptions {
   int64_t max_step_tokens = 0;
   int64_t kv_cache_bytes = 0;    // 0: Backend::default_kv_cache_bytes (host memory on the CPU, free GPU memory on CUDA)
   static constexpr int kMaxThreads = 1024;
+  static constexpr int64_t kMaxBatch = int64_t{1} << 16;
+  static constexpr int64_t kMaxStepTokens = int64_t{1} << 20;
   int threads = 0;               // host threads per rank: CPU ops, weight loading (0: this host's cores / its ranks)
   bool eager = false;            // no graphs: launch every op of every step
   bool no_pdl = false;           // CUDA: no launch overlap (programmatic dependent launch)

@@ -195,10 +195,15 @@ nlohmann::json bench_prefill(Engine& engine, const BenchConfig& b, std::mt19937&
 // --batch, --ctx, --steps and --prefill, before any loading.
 std::vector<int64_t> checked_batches(const BenchConfig& b) {
   std::vector<int64_t> batches = parse_int_list(b.batches, "--batch", "batch size");
-  for (int64_t v : batches) LS_REQUIRE(v >= 1, ErrorKind::kInvalidArgument, "--batch sizes must be >= 1, got {}", v);
+  for (int64_t v : batches)
+    LS_REQUIRE(v >= 1 && v <= EngineOptions::kMaxBatch, ErrorKind::kInvalidArgument,
+               "--batch sizes must be from 1 to {}, got {}", EngineOptions::kMaxBatch, v);
   LS_REQUIRE(b.ctx >= 1, ErrorKind::kInvalidArgument, "--ctx must be >= 1, got {}", b.ctx);
   LS_REQUIRE(b.prefill >= 1, ErrorKind::kInvalidArgument, "--prefill must be >= 1, got {}", b.prefill);
   LS_REQUIRE(b.steps > 4, ErrorKind::kInvalidArgument, "bench needs --steps > 4, got {}", b.steps);
+  constexpr int64_t kMost = int64_t{1} << 30;  // positions are 32-bit
+  for (const auto& [flag, value] : {std::pair{"--ctx", b.ctx}, {"--prefill", b.prefill}, {"--steps", b.steps}})
+    LS_REQUIRE(value <= kMost, ErrorKind::kInvalidArgument, "{} {} is above the limit of {}", flag, value, kMost);
   return batches;
 }
 

@@ -121,7 +121,10 @@ constexpr int64_t kEnd = -1, kReadError = -2, kTooLong = -3;  // the line's leng
 int64_t read_line(std::string& line) {
   line.clear();
   for (int c; (c = std::getc(stdin)) != EOF;) {
-    if (c == '\n') return static_cast<int64_t>(line.size());
+    if (c == '\n') {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // a CRLF line ending
+      return static_cast<int64_t>(line.size());
+    }
     if (static_cast<int64_t>(line.size()) == kMaxLineBytes) return kTooLong;
     line.push_back(static_cast<char>(c));
   }

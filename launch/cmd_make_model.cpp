@@ -73,7 +73,7 @@ void add_make_model_command(CLI::App& root, CommandTable& table) {
   c->add_option("--arch", a->arch, "llama, mistral, qwen2 or qwen3")->capture_default_str();
   c->add_option("--preset", a->preset, "tiny, small, llama3-8b, llama3-70b, qwen3-8b")->capture_default_str();
   c->add_option("--out", a->out, "output folder")->required();
-  c->add_option("--seed", a->seed, "weights seed")->capture_default_str();
+  c->add_option("--seed", a->seed, "weights seed")->capture_default_str()->check(unsigned_integer());
   c->add_option("--dtype", a->dtype, "bf16, f16 or f32")->capture_default_str();
   c->add_option("--max-shard-bytes", a->max_shard_bytes, "shard the weights above this size")->capture_default_str();
   c->add_option("--config-style", a->config_style, "classic (rope_theta, torch_dtype) or transformers5")

@@ -9,6 +9,7 @@
 // where the tokenizer normalizes).
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <fstream>
@@ -43,16 +44,20 @@ std::string read_text_file(const std::string& path) {
   return read_whole_file(path, "--text-file");
 }
 
-// Ids given as separate arguments and/or separated by commas or spaces.
+// Ids given as separate arguments and/or separated by commas or spaces; an
+// empty item between commas, or no id at all, is refused.
 std::vector<int32_t> parse_ids(const std::vector<std::string>& args) {
   std::vector<int32_t> ids;
   for (const std::string& arg : args) {
-    std::string item;
-    std::istringstream in(arg);
-    while (std::getline(in, item, ',')) {
-      std::istringstream words(item);
+    const bool commas = arg.find(',') != std::string::npos;
+    for (size_t start = 0; start <= arg.size();) {
+      const size_t comma = std::min(arg.find(',', start), arg.size());
+      std::istringstream words(arg.substr(start, comma - start));
+      start = comma + 1;
       std::string word;
+      bool any = false;
       while (words >> word) {
+        any = true;
         size_t used = 0;
         long long value = -1;
         try {
@@ -64,8 +69,10 @@ std::vector<int32_t> parse_ids(const std::vector<std::string>& args) {
                    ErrorKind::kInvalidArgument, "--ids: '{}' is not a token id", word);
         ids.push_back(static_cast<int32_t>(value));
       }
+      LS_REQUIRE(any || !commas, ErrorKind::kInvalidArgument, "--ids: an empty item in '{}'", arg);
     }
   }
+  LS_REQUIRE(!ids.empty(), ErrorKind::kInvalidArgument, "--ids holds no token ids");
   return ids;
 }
 

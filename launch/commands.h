@@ -41,6 +41,8 @@ inline void require_output_path(const std::string& path, const char* option) {
   std::error_code ec;
   LS_REQUIRE(fs::path(path).filename().string().size() <= 255, ErrorKind::kInvalidArgument,
              "{} {}: the file name is longer than 255 bytes", option, path);
+  LS_REQUIRE(!fs::exists(folder, ec) || fs::is_directory(folder, ec), ErrorKind::kInvalidArgument,
+             "{} {}: {} is a file, not a folder", option, path, folder.string());
   LS_REQUIRE(fs::is_directory(folder, ec), ErrorKind::kInvalidArgument, "{} {}: folder {} does not exist", option,
              path, folder.string());
   LS_REQUIRE(!fs::is_directory(path, ec), ErrorKind::kInvalidArgument, "{} {}: is a folder", option, path);

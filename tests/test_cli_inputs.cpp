@@ -6,6 +6,7 @@
 // one error line naming the problem and a non-zero exit, never a crash.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -84,7 +85,7 @@ TEST_F(CliInputs, BenchFlagsAreCheckedBeforeLoading) {
   const std::string sizes = " --prefill 8 --steps 6 --ctx 8";
   expect_clean_failure(lockstep_run(bench + sizes + " --batch 1.5"), {"--batch", "'1.5'"});
   expect_clean_failure(lockstep_run(bench + sizes + " --batch 1,"), {"--batch", "''"});
-  expect_clean_failure(lockstep_run(bench + sizes + " --batch 0"), {"--batch", ">= 1"});
+  expect_clean_failure(lockstep_run(bench + sizes + " --batch 0"), {"--batch", "from 1", "got 0"});
   expect_clean_failure(lockstep_run(bench + " --prefill 8 --steps 6 --ctx 0"), {"--ctx", ">= 1"});
   expect_clean_failure(lockstep_run(bench + " --prefill 8 --steps 6 --ctx -4"), {"--ctx", "-4"});
   expect_clean_failure(lockstep_run(bench + " --prefill -1 --steps 6 --ctx 8"), {"--prefill", "-1"});
@@ -280,6 +281,46 @@ TEST_F(CliInputs, CudaBackendWithoutAGpu) {
                      r.err.find("this build has: cpu") != std::string::npos;
   EXPECT_TRUE(named) << r.err;
   expect_clean_failure(r, {"cuda"});
+}
+
+// Sizes far past any real use: refused by name before anything is sized
+// from them (they crashed, or overflowed into odd messages).
+TEST_F(CliInputs, HugeSizesAreRefusedByName) {
+  auto model = make_model("m");
+  expect_clean_failure(generate(model, "--prompt-ids 1 --max-step-tokens 1152921504606846976"),
+                       {"--max-step-tokens", "limit"});
+  expect_clean_failure(generate(model, "--prompt-ids 1 --max-batch 9223372036854775807"), {"--max-batch", "limit"});
+  const std::string bench = "bench --backend cpu --model " + model.string();
+  expect_clean_failure(lockstep_run(bench + " --prefill 8 --steps 6 --ctx 9223372036854775807"), {"--ctx", "limit"});
+  expect_clean_failure(lockstep_run(bench + " --prefill 8 --steps 6 --ctx 8 --batch 100000"), {"--batch", "100000"});
+  expect_clean_failure(lockstep_run("make-model --out " + (dir_ / "deep").string() +
+                                    " --num-layers 5000 --hidden-size 8 --num-heads 2 --num-kv-heads 1"),
+                       {"num_hidden_layers", "5000"});
+  expect_clean_failure(lockstep_run("make-model --out " + (dir_ / "inf").string() + " --rope-theta inf"),
+                       {"rope_theta", "finite"});
+  expect_clean_failure(lockstep_run("make-model --out " + (dir_ / "seed").string() + " --seed -1"), {"--seed", "-1"});
+}
+
+TEST_F(CliInputs, DetokenizeAndChatLines) {
+  auto model = make_model("m");
+  const std::string detok = "detokenize --tokenizer " + model.string() + " --ids ";
+  expect_clean_failure(lockstep_run(detok + "' '"), {"--ids holds no token ids"});
+  expect_clean_failure(lockstep_run(detok + "1,,2"), {"--ids", "empty item"});
+  EXPECT_EQ(lockstep_run(detok + "'1 2' 3").exit_code, 0);
+  // CRLF line endings: "/exit\r" ends the session like "/exit".
+  std::ofstream(model / "tokenizer_config.json") << R"({"chat_template": "{{ messages[-1].content }}"})";
+  const auto input = dir_ / "crlf.txt";
+  std::ofstream(input, std::ios::binary) << "hi\r\n/exit\r\nmore\r\n";
+  const std::string chat = "chat --backend cpu --model " + model.string() + " --max-new-tokens 2 < ";
+  CommandResult crlf = lockstep_run(chat + input.string());
+  EXPECT_EQ(crlf.exit_code, 0) << crlf.err;
+  std::ofstream(input, std::ios::binary) << "hi\n";
+  CommandResult lf = run(lockstep(chat + input.string()), dir_ / "lf");
+  EXPECT_EQ(crlf.out, lf.out) << "one reply to \"hi\", then /exit";
+  const auto file = dir_ / "a_file";
+  std::ofstream(file) << "x";
+  expect_clean_failure(generate(model, "--prompt-ids 1 --dump-logits " + (file / "l.npy").string()),
+                       {"--dump-logits", "is a file, not a folder"});
 }
 
 TEST_F(CliInputs, MakeModelChecksItsOutputFirst) {

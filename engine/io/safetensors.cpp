@@ -13,7 +13,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <unordered_set>
 #include <sstream>
 #include <string_view>
 #include <tuple>
@@ -70,6 +70,42 @@ bool is_valid_utf8(std::string_view s) {
   return true;
 }
 
+// A SAX pass over JSON text that fails on a syntax error or on an object that
+// repeats a key, keeping only the keys of the objects still open.
+class DuplicateKeyCheck : public nlohmann::json_sax<json> {
+ public:
+  DuplicateKeyCheck(const std::string& file, const char* what) : file_(file), what_(what) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open_.emplace_back();
+    return true;
+  }
+  bool key(string_t& key) override {
+    LS_REQUIRE(open_.back().insert(key).second, ErrorKind::kModel, "{}: duplicate key '{}'", file_, key);
+    return true;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    LS_FAIL(ErrorKind::kModel, "{}: {} is not valid JSON: {}", file_, what_, e.what());
+  }
+
+ private:
+  const std::string& file_;
+  const char* what_;
+  std::vector<std::unordered_set<std::string>> open_;
+};
+
 // Parses JSON text, failing on any object that repeats a key: nlohmann::json
 // would silently keep the last one, which would hide a duplicated tensor.
 // `what` names the text in errors ("header", "index").
@@ -79,21 +115,10 @@ json parse_json_rejecting_duplicate_keys(std::string_view text, const std::strin
   const size_t nul = text.find('\0');
   LS_REQUIRE(nul == std::string_view::npos, ErrorKind::kModel,
              "{}: {} is not valid JSON: NUL byte at offset {}", file, what, nul);
-  std::vector<std::set<std::string>> open_objects;
-  auto on_event = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      open_objects.pop_back();
-    } else if (event == json::parse_event_t::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      LS_REQUIRE(open_objects.back().insert(key).second, ErrorKind::kModel,
-                 "{}: duplicate key '{}'", file, key);
-    }
-    return true;
-  };
+  DuplicateKeyCheck check(file, what);
+  json::sax_parse(text.begin(), text.end(), &check);  // linear: a callback parse grew quadratic with the keys
   try {
-    return json::parse(text.begin(), text.end(), on_event);
+    return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     LS_FAIL(ErrorKind::kModel, "{}: {} is not valid JSON: {}", file, what, e.what());
   }
