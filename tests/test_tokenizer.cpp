@@ -261,6 +261,24 @@ TEST(Tokenizer, RefusesAFolderAndAnEmptyVocab) {
       "model.vocab is empty");
 }
 
+// A Split regex that backtracks past PCRE2's match limit on some text fails
+// naming tokenizer.json (kModel), not as an internal error.
+TEST(Tokenizer, RunawaySplitRegexNamesTheTokenizer) {
+  nlohmann::json j = nlohmann::json::parse(read_file(data_dir() / "fixtures" / "gen300.json"));
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"}, {"pattern", {{"Regex", "(a+)+$"}}}, {"behavior", "Isolated"},
+                           {"invert", false}},
+                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                           {"use_regex", false}}}}};
+  const fs::path path = temp_path("runaway_tokenizer.json");
+  std::ofstream(path) << j.dump();
+  const Tokenizer tok = Tokenizer::load(path);
+  expect_error([&] { tok.encode(std::string(40, 'a') + "b"); }, ErrorKind::kModel,
+               {"tokenizer.json", "Split regex failed"});
+  fs::remove(path);
+}
+
 TEST(Tokenizer, RefusesUnsupportedTypesByName) {
   for (const char* model : {"WordPiece", "Unigram", "WordLevel"}) {
     expect_refused([&](nlohmann::json& j) { j["model"]["type"] = model; }, model);

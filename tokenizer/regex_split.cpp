@@ -118,7 +118,9 @@ void RegexSplitter::split(std::string_view text, size_t base,
     int rc = pcre2_jit_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, state.data,
                              state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    LS_REQUIRE(rc >= 0, ErrorKind::kInternal, "PCRE2 match failed: {}", pcre2_message(rc));
+    // A pattern that backtracks past PCRE2's match or depth limit on this
+    // text is the tokenizer's problem, not the engine's.
+    LS_REQUIRE(rc >= 0, ErrorKind::kModel, "tokenizer.json: a Split regex failed on the text: {}", pcre2_message(rc));
     PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
     size_t begin = ovector[0];
     size_t end = ovector[1];
