@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <iterator>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -60,23 +60,26 @@ void add_engine_options(CLI::App* cmd, ModelRunConfig& c) {
   cmd->add_option("--diag", c.diag, "comma-separated diagnostics: shapes,attn,timing,numerics");
 }
 
+std::optional<long long> whole_integer(const std::string& text) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return used == text.size() && !text.empty() ? std::optional<long long>(v) : std::nullopt;
+}
+
 std::vector<int64_t> parse_int_list(const std::string& text, const char* option, const char* what) {
   std::vector<int64_t> values;
   for (size_t start = 0;;) {
     const size_t comma = text.find(',', start);
     const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::out_of_range&) {
-      LS_FAIL(ErrorKind::kInvalidArgument, "{}: {} {} is out of range", option, what, item);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    LS_REQUIRE(used == item.size() && !item.empty(), ErrorKind::kInvalidArgument, "{}: '{}' is not an integer {}",
+    const std::optional<long long> v = whole_integer(item);
+    LS_REQUIRE(v.has_value(), ErrorKind::kInvalidArgument, "{}: '{}' is not an integer {} (or is out of range)",
                option, item, what);
-    values.push_back(v);
+    values.push_back(*v);
     if (comma == std::string::npos) return values;
     start = comma + 1;
   }
@@ -85,16 +88,8 @@ std::vector<int64_t> parse_int_list(const std::string& text, const char* option,
 CLI::Validator integer_at_least(long long least) {
   return CLI::Validator(
       [least](std::string& text) -> std::string {
-        size_t used = 0;
-        long long v = 0;
-        try {
-          v = std::stoll(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        return used == text.size() && !text.empty() && v >= least
-                   ? std::string()
-                   : fmt::format("must be an integer >= {}, got '{}'", least, text);
+        const std::optional<long long> v = whole_integer(text);
+        return v && *v >= least ? std::string() : fmt::format("must be an integer >= {}, got '{}'", least, text);
       },
       fmt::format("INT>={}", least));
 }
@@ -385,12 +380,6 @@ std::vector<StopStringStream> text_streams(const ModelRunConfig& c, const TextOp
   return texts;
 }
 
-// Runs the requests of --prompts-file with --max-batch sequences at once
-// (default: all of them, up to 32; a request takes a slot as one frees up),
-// printing one JSON line per request in the file's order, each as soon as it
-// and those before it are done: {"index", "ids", "text" (when a tokenizer was
-// used; special tokens left out, as in the streamed text, and cut before a
-// stop string), "stopped"}.
 // Every rank must run the same command on the same requests: ranks that read
 // different prompts (a file that reads differently on each, a job launched
 // with different arguments) would enter collectives of different sizes.
@@ -412,6 +401,12 @@ void require_same_requests_on_all_ranks(std::string_view command, const std::vec
   verify_same_on_all_ranks(*world().comm, h, "the command and its requests' checksum (prompt ids and settings)");
 }
 
+// Runs the requests of --prompts-file with --max-batch sequences at once
+// (default: all of them, up to 32; a request takes a slot as one frees up),
+// printing one JSON line per request in the file's order, each as soon as it
+// and those before it are done: {"index", "ids", "text" (when a tokenizer was
+// used; special tokens left out, as in the streamed text, and cut before a
+// stop string), "stopped"}.
 int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const StopOptions& stop,
                        const TextOptions& text) {
   LS_REQUIRE(c.dump_logits.empty(), ErrorKind::kInvalidArgument, "--dump-logits takes one prompt, not --prompts-file");

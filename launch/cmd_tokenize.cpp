@@ -58,16 +58,10 @@ std::vector<int32_t> parse_ids(const std::vector<std::string>& args) {
       bool any = false;
       while (words >> word) {
         any = true;
-        size_t used = 0;
-        long long value = -1;
-        try {
-          value = std::stoll(word, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        LS_REQUIRE(used == word.size() && value >= 0 && value <= INT32_MAX,
-                   ErrorKind::kInvalidArgument, "--ids: '{}' is not a token id", word);
-        ids.push_back(static_cast<int32_t>(value));
+        const std::optional<long long> value = whole_integer(word);
+        LS_REQUIRE(value && *value >= 0 && *value <= INT32_MAX, ErrorKind::kInvalidArgument,
+                   "--ids: '{}' is not a token id", word);
+        ids.push_back(static_cast<int32_t>(*value));
       }
       LS_REQUIRE(any || !commas, ErrorKind::kInvalidArgument, "--ids: an empty item in '{}'", arg);
     }

@@ -82,6 +82,8 @@ struct ModelRunConfig {
   CLI::Option* max_batch_option = nullptr;  // given on the command line or not
 };
 void add_engine_options(CLI::App* cmd, ModelRunConfig& c);
+// The integer that is the whole of `text` (no sign-only, spaces or suffix), if any.
+std::optional<long long> whole_integer(const std::string& text);
 // "1,2,3" -> integers; fails naming `option` and `what` (one item) on
 // anything else, an empty item ("1,,2", "1,") included.
 std::vector<int64_t> parse_int_list(const std::string& text, const char* option, const char* what);

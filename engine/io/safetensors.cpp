@@ -13,12 +13,13 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
 #include <sstream>
 #include <string_view>
 #include <tuple>
+#include <unordered_set>
 
 #include "common/error.h"
+#include "common/file.h"
 
 namespace lockstep {
 
@@ -287,14 +288,6 @@ void convert_mapped(const uint8_t* src, DType src_type, uint8_t* dst, DType dst_
   }
 }
 
-std::string read_text_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  LS_REQUIRE(in, ErrorKind::kIo, "cannot open {}: {}", path.string(), std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  LS_REQUIRE(in.good() || in.eof(), ErrorKind::kIo, "cannot read {}", path.string());
-  return text.str();
-}
 
 // The [rows, cols] view used by read_block: rows is shape[0] and cols the
 // product of the other dimensions; a scalar is [1, 1], a 1-D tensor [shape0, 1].
@@ -450,7 +443,7 @@ fs::path TensorStore::resolve_shard(const std::string& shard, const fs::path& in
 
 void TensorStore::open_shards(const fs::path& index) {
   const std::string index_file = index.string();
-  const json root = parse_json_rejecting_duplicate_keys(read_text_file(index), index_file, "index");
+  const json root = parse_json_rejecting_duplicate_keys(read_whole_file(index, "shard index"), index_file, "index");
   LS_REQUIRE(root.is_object() && root.contains("weight_map") && root["weight_map"].is_object(),
              ErrorKind::kModel, "{}: no 'weight_map' object", index_file);
 
