@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "launch/commands.h"
 #include "launch/world.h"
 
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
     if (code == 0)
       app.exit(e);  // --help
     else
-      spdlog::error("invalid argument: {}", parse_failure(app, e, argc, argv));
+      spdlog::error("invalid argument: {}", printable(parse_failure(app, e, argc, argv)));
     cli::finalize_world();
     return code;
   }
@@ -120,10 +121,10 @@ int main(int argc, char** argv) {
     LS_REQUIRE(!std::cout.bad() && std::fflush(stdout) == 0 && !std::ferror(stdout), ErrorKind::kIo,
                "cannot write to standard output");
   } catch (const Error& e) {
-    spdlog::error("{}: {}", error_kind_name(e.kind()), e.what());
+    spdlog::error("{}: {}", error_kind_name(e.kind()), printable(e.what()));
     cli::abort_world(2);
   } catch (const std::exception& e) {
-    spdlog::error("unexpected failure: {}", e.what());
+    spdlog::error("unexpected failure: {}", printable(e.what()));
     cli::abort_world(3);
   }
   cli::finalize_world();

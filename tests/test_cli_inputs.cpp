@@ -301,6 +301,17 @@ TEST_F(CliInputs, HugeSizesAreRefusedByName) {
   expect_clean_failure(lockstep_run("make-model --out " + (dir_ / "seed").string() + " --seed -1"), {"--seed", "-1"});
 }
 
+// User text in an error line is escaped where it is not valid UTF-8 or is a
+// control character (a terminal would act on it), so the line stays one line.
+TEST_F(CliInputs, ErrorLinesEscapeBadBytes) {
+  auto model = make_model("m");
+  CommandResult r = generate(model, "--prompt hi --stop \"$(printf '\\377')\"");  // sh's printf: octal
+  expect_clean_failure(r, {"stop string '\\xff' is not valid UTF-8"});
+  CommandResult newline = lockstep_run("\"$(printf 'frob\\nnicate')\"");
+  expect_clean_failure(newline, {"unknown command 'frob\\x0anicate'"});
+  EXPECT_EQ(std::count(newline.err.begin(), newline.err.end(), '\n'), 1) << newline.err;
+}
+
 TEST_F(CliInputs, DetokenizeAndChatLines) {
   auto model = make_model("m");
   const std::string detok = "detokenize --tokenizer " + model.string() + " --ids ";

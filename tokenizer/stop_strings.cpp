@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "common/error.h"
-#include "tokenizer/tok_internal.h"
+#include "common/utf8.h"
 
 namespace lockstep {
 
@@ -13,7 +13,7 @@ void check_stop_strings(const std::vector<std::string>& stops) {
   for (const std::string& stop : stops) {
     LS_REQUIRE(!stop.empty(), ErrorKind::kInvalidArgument,
                "a stop string is empty (it would end the request before its first token)");
-    LS_REQUIRE(tok_detail::find_invalid_utf8(stop) == std::string_view::npos, ErrorKind::kInvalidArgument,
+    LS_REQUIRE(find_invalid_utf8(stop) == std::string_view::npos, ErrorKind::kInvalidArgument,
                "stop string '{}' is not valid UTF-8", stop);
   }
 }

@@ -17,8 +17,6 @@ namespace lockstep::tok_detail {
 
 // ---- UTF-8 and Unicode helpers (unicode.cpp) ------------------------------
 
-// Index of the first byte that is not valid UTF-8, or npos when all is valid.
-size_t find_invalid_utf8(std::string_view s);
 // Decodes the code point at s[i] (valid UTF-8 assumed); advances i.
 char32_t next_code_point(std::string_view s, size_t& i);
 void append_utf8(std::string& out, char32_t cp);

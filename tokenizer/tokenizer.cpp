@@ -2,6 +2,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "tokenizer/tokenizer_impl.h"
 
 namespace lockstep {
@@ -70,7 +71,7 @@ void TokenizerImpl::encode_plain(std::string_view text, bool at_start, std::vect
 }  // namespace tok_detail
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
-  size_t bad = tok_detail::find_invalid_utf8(text);
+  size_t bad = find_invalid_utf8(text);
   LS_REQUIRE(bad == std::string_view::npos, ErrorKind::kInvalidArgument,
              "text to tokenize is not valid UTF-8 (byte offset {})", bad);
   std::vector<int32_t> out;
@@ -144,7 +145,7 @@ std::string take_complete_utf8(std::string& bytes) {
       if (prefix) break;
     }
     if (len != 0 && i + len <= n &&
-        tok_detail::find_invalid_utf8(std::string_view(bytes).substr(i, len)) == std::string_view::npos) {
+        find_invalid_utf8(std::string_view(bytes).substr(i, len)) == std::string_view::npos) {
       out.append(bytes, i, len);
       i += len;
       continue;

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "common/file.h"
+#include "common/utf8.h"
 
 namespace lockstep {
 
@@ -33,43 +34,6 @@ constexpr uint64_t kHeaderLengthBytes = 8;
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // The writer asks its fill callback for at most this many elements at a time.
 constexpr int64_t kWriteChunkElements = int64_t{1} << 20;
-
-// UTF-8 validation with the same strictness as Rust's str::from_utf8: no
-// overlong encodings, no surrogates, nothing above U+10FFFF.
-bool is_valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto lead = static_cast<uint8_t>(s[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t continuation;
-    uint8_t second_min = 0x80, second_max = 0xbf;
-    if (lead >= 0xc2 && lead <= 0xdf) {
-      continuation = 1;
-    } else if (lead >= 0xe0 && lead <= 0xef) {
-      continuation = 2;
-      if (lead == 0xe0) second_min = 0xa0;  // overlong
-      if (lead == 0xed) second_max = 0x9f;  // surrogates
-    } else if (lead >= 0xf0 && lead <= 0xf4) {
-      continuation = 3;
-      if (lead == 0xf0) second_min = 0x90;  // overlong
-      if (lead == 0xf4) second_max = 0x8f;  // above U+10FFFF
-    } else {
-      return false;
-    }
-    if (s.size() - i <= continuation) return false;
-    for (size_t k = 1; k <= continuation; ++k) {
-      const auto b = static_cast<uint8_t>(s[i + k]);
-      const uint8_t lo = k == 1 ? second_min : 0x80;
-      const uint8_t hi = k == 1 ? second_max : 0xbf;
-      if (b < lo || b > hi) return false;
-    }
-    i += continuation + 1;
-  }
-  return true;
-}
 
 // A SAX pass over JSON text that fails on a syntax error or on an object that
 // repeats a key, keeping only the keys of the objects still open.
@@ -361,7 +325,7 @@ void SafetensorsFile::parse_header() {
              mapping_size_);
   const std::string_view text(reinterpret_cast<const char*>(bytes) + kHeaderLengthBytes,
                               header_length);
-  LS_REQUIRE(is_valid_utf8(text), ErrorKind::kModel, "{}: header is not valid UTF-8", file);
+  LS_REQUIRE(find_invalid_utf8(text) == std::string_view::npos, ErrorKind::kModel, "{}: header is not valid UTF-8", file);
   const json header = parse_json_rejecting_duplicate_keys(text, file, "header");
   LS_REQUIRE(header.is_object(), ErrorKind::kModel, "{}: header is not a JSON object", file);
 
