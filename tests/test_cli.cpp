@@ -392,7 +392,7 @@ TEST_F(Cli, TextPromptGetsThePostProcessorsBos) {
   t["post_processor"] = {{"type", "TemplateProcessing"},
                          {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
                                      {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-                         {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {bos}}}}}}};
+                         {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {bos}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
   std::ofstream(tok_path) << t.dump();
   const std::vector<int32_t> text_ids = Tokenizer::load(tok_path).encode("Once upon a time");
   std::string text_csv;

@@ -435,6 +435,13 @@ TEST(Tokenizer, PostProcessorTemplateAddsItsSpecialTokens) {
   EXPECT_EQ(tok.with_special_tokens(tok.encode("Once upon a time")), want);
   fs::remove(templated);
   expect_refused([](nlohmann::json& j2) { j2["post_processor"] = {{"type", "BertProcessing"}}; }, "BertProcessing");
+  // A special token whose ids and tokens differ in length (Hugging Face refuses it too).
+  expect_refused(
+      [&](nlohmann::json& j2) {
+        j2["post_processor"] = j["post_processor"];
+        j2["post_processor"]["processors"][1]["special_tokens"]["<|end_of_text|>"]["ids"] = {299, 298};
+      },
+      "has 2 ids and 1 tokens");
   const fs::path llama2 = real_tokenizer_dir() / "llama2" / "tokenizer.json";
   if (fs::exists(llama2)) {
     EXPECT_EQ(Tokenizer::load(llama2).with_special_tokens({22557}), (std::vector<int32_t>{1, 22557}));

@@ -349,7 +349,15 @@ void parse_post_processor(const json& j, TokenizerImpl& impl) {
     const json& special = j.at("special_tokens");
     LS_REQUIRE(special.contains(name), ErrorKind::kModel,
                "tokenizer.json: TemplateProcessing uses '{}', which its special_tokens do not define", name);
-    for (const json& id : special[name].at("ids"))
+    // As Hugging Face's SpecialToken refuses it: each id has its token text.
+    LS_REQUIRE(special[name].contains("ids") && special[name].contains("tokens"), ErrorKind::kModel,
+               "tokenizer.json: special token '{}' of TemplateProcessing needs \"ids\" and \"tokens\"", name);
+    const json& ids = special[name]["ids"];
+    const json& tokens = special[name]["tokens"];
+    LS_REQUIRE(ids.is_array() && tokens.is_array() && ids.size() == tokens.size(), ErrorKind::kModel,
+               "tokenizer.json: special token '{}' of TemplateProcessing has {} ids and {} tokens (they must match)",
+               name, ids.is_array() ? ids.size() : 0, tokens.is_array() ? tokens.size() : 0);
+    for (const json& id : ids)
       (seen_text ? impl.template_suffix : impl.template_prefix).push_back(checked_id(id, name));
   }
 }
