@@ -51,6 +51,11 @@ int run_make_model(const MakeModelArgs& a) {
   apply(a.eps, s.rms_norm_eps);
   apply(a.theta, s.rope.theta);
   if (a.tie) s.tie_word_embeddings = true;
+  // Qwen2's q/k/v always have biases and its o_proj never has one (its
+  // config has no attention_bias key): the flag would write unread tensors.
+  LS_REQUIRE(!a.attention_bias || s.arch != Arch::kQwen2, ErrorKind::kInvalidArgument,
+             "--attention-bias: qwen2 always has q/k/v biases and no o_proj bias (the flag is for llama, mistral "
+             "and qwen3)");
   if (a.attention_bias) s.o_bias = true;
   if (a.llama3_rope) s.rope = RopeConfig{RopeType::kLlama3, s.rope.theta, 8.0, 1.0, 4.0, 64};
   o.dtype = parse_dtype_name(a.dtype);

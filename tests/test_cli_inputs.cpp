@@ -310,6 +310,9 @@ TEST_F(CliInputs, ErrorLinesEscapeBadBytes) {
   CommandResult newline = lockstep_run("\"$(printf 'frob\\nnicate')\"");
   expect_clean_failure(newline, {"unknown command 'frob\\x0anicate'"});
   EXPECT_EQ(std::count(newline.err.begin(), newline.err.end(), '\n'), 1) << newline.err;
+  expect_clean_failure(lockstep_run("make-model --arch qwen2 --attention-bias --out " + (dir_ / "q").string()),
+                       {"--attention-bias", "qwen2"});
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "q"));
 }
 
 TEST_F(CliInputs, DetokenizeAndChatLines) {
