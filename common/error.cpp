@@ -11,6 +11,7 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kCublas: return "cuBLAS error";
     case ErrorKind::kNccl: return "NCCL error";
     case ErrorKind::kMpi: return "MPI error";
+    case ErrorKind::kOutOfMemory: return "out of memory";
     case ErrorKind::kRankFailure: return "rank failure";
     case ErrorKind::kInternal: return "internal error";
   }

@@ -20,6 +20,7 @@ enum class ErrorKind {
   kCublas,
   kNccl,
   kMpi,
+  kOutOfMemory,  // what the run needs does not fit the memory it runs in
   kRankFailure,  // another rank failed; this one is going down with it
   kInternal,
 };

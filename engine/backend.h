@@ -110,6 +110,10 @@ class Backend {
   // on a GPU its free memory less a tenth of the total (activations,
   // workspaces, graphs, NCCL's buffers).
   virtual int64_t default_kv_cache_bytes(int sharing) const;
+  // Bytes this rank's buffers could take now: on a GPU its free memory; on
+  // the CPU the host's available memory (MemAvailable: free pages and page
+  // cache that can be dropped), capped by the process's cgroup limit.
+  virtual int64_t free_memory_bytes() const;
   // Fails, naming the value, when this backend's attention cannot take
   // head_dim (checked before the weights load).
   virtual void require_attention_head_dim(int64_t /*head_dim*/) const {}

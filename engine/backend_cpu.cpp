@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
+#include <string>
 #include <new>
 #include <vector>
 
@@ -33,6 +36,48 @@ Buffer Backend::upload(const std::vector<float>& host, DType dtype) {
 int64_t Backend::default_kv_cache_bytes(int sharing) const {
   const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
   return phys / 4 / std::max(1, sharing);
+}
+
+namespace {
+
+// A number of bytes read from the first line of a cgroup file; nullopt for
+// "max" (no limit) or a file that is not there.
+std::optional<int64_t> cgroup_bytes(const std::string& path) {
+  std::ifstream in(path);
+  int64_t v = 0;
+  if (!(in >> v)) return std::nullopt;
+  return v;
+}
+
+// The memory this process's cgroup (v2) may still take, if it has a limit.
+std::optional<int64_t> cgroup_headroom() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(self, line)) {
+    if (!line.starts_with("0::")) continue;
+    const std::string dir = "/sys/fs/cgroup" + line.substr(3);
+    const auto limit = cgroup_bytes(dir + "/memory.max");
+    const auto used = cgroup_bytes(dir + "/memory.current");
+    if (limit && used) return std::max<int64_t>(*limit - *used, 0);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int64_t Backend::free_memory_bytes() const {
+  int64_t available = static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    int64_t kib = 0;
+    if (key == "MemAvailable:" && meminfo >> kib) {
+      available = kib * 1024;
+      break;
+    }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (const auto headroom = cgroup_headroom()) available = std::min(available, *headroom);
+  return available;
 }
 
 namespace {

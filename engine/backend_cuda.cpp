@@ -65,6 +65,11 @@ class CudaBackend final : public Backend {
     const int64_t usable = std::max<int64_t>(static_cast<int64_t>(free_bytes) - static_cast<int64_t>(total / 10), 0);
     return usable / std::max(1, sharing);
   }
+  int64_t free_memory_bytes() const override {
+    size_t free_bytes = 0, total = 0;
+    LS_CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total));
+    return static_cast<int64_t>(free_bytes);
+  }
   DType act_dtype() const override { return dtype_; }
   DType weight_dtype() const override { return dtype_; }
   bool folds_input_norms() const override { return true; }

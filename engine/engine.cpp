@@ -160,6 +160,25 @@ int ranks_sharing_memory(const EngineOptions& o, const Backend& backend) {
   return std::max(1, (o.local_ranks + gpus - 1) / gpus);
 }
 
+// Refuses, before anything is read, weights larger than the memory this
+// rank may fill (a 70B model on one 80 GB GPU, or on a laptop's CPU), which
+// would otherwise fail at an allocation minutes into the load, or meet the
+// kernel's OOM killer. Ranks that share the memory each count on an equal
+// part of what is free, measured before any of them allocates weights.
+void require_weights_fit(const ModelConfig& c, const ShardPlan& p, const Backend& backend, int sharing,
+                         Communicator& world) {
+  const int64_t need = weight_bytes(c, p, backend.weight_dtype(), backend.act_dtype());
+  const int64_t share = backend.free_memory_bytes() / std::max(1, sharing);
+  world.barrier();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const std::string where = backend.device() >= 0 ? fmt::format("GPU {}", backend.device()) : "this host";
+  LS_REQUIRE(need <= share, ErrorKind::kOutOfMemory,
+             "this rank's share of the weights needs {:.2f} GiB ({}, {} rank(s)), but {} has {:.2f} GiB free{}{}",
+             need / kGiB, dtype_name(backend.weight_dtype()), p.size, where, share / kGiB,
+             sharing > 1 ? fmt::format(" for each of its {} ranks", sharing) : std::string(),
+             backend.device() >= 0 ? " (more GPUs, a rank on each, split the weights further)" : "");
+}
+
 // The tensor-parallel transport for this backend (see EngineOptions::comm).
 // Returns the world itself or a device transport owned by `owned`.
 Communicator* choose_transport(const EngineOptions& o, Communicator& world, Backend& backend,
@@ -205,10 +224,13 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
     store_ = std::make_unique<TensorStore>(std::move(m.tensors), "preset " + options.preset);
   }
   spdlog::info("model: {}", config_.summary());
+  check_checkpoint_shapes(*store_, config_);
+  warn_unread_tensors(*store_, config_);
   plan_ = ShardPlan::make(config_, world.rank(), world.size());
   spdlog::debug("shard plan: {}", plan_.summary());
   backend_ = make_backend(options, *store_);
   backend_->require_attention_head_dim(config_.head_dim);
+  require_weights_fit(config_, plan_, *backend_, ranks_sharing_memory(options, *backend_), world);
   comm_ = choose_transport(options, world, *backend_, owned_comm_);
   Communicator& comm = *comm_;
   const size_t act_bytes = dtype_size(backend_->act_dtype());
@@ -232,6 +254,7 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
   verify_same_on_all_ranks(world, load_stats_.replicated_checksum, "replicated weights checksum");
   spdlog::debug("read {} of {} sharded checkpoint bytes, {} replicated bytes", load_stats_.sharded_bytes_read,
                 load_stats_.sharded_bytes_in_checkpoint, load_stats_.replicated_bytes_read);
+  spdlog::debug("weights take {} bytes of backend memory", weights.bytes());
   runner_ = std::make_unique<Runner>(config_, plan_, std::move(weights), *backend_, limits, options.diag);
   // Graphs need capturable collectives (NCCL or none; MPI's are host calls)
   // and no per-layer synchronization for --diag timing/numerics.

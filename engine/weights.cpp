@@ -262,14 +262,19 @@ int64_t layer_of(const std::string& name) {
   return i > kPrefix.size() && i < name.size() && name[i] == '.' ? layer : -1;
 }
 
+}  // namespace
+
+void check_checkpoint_shapes(const TensorStore& store, const ModelConfig& c) {
+  for (const auto& [name, shape] : expected_tensors(c)) expect_shape(store, name, shape);
+}
+
 // Tensors the config leaves unread (layers past num_hidden_layers, as when a
 // config is cut down to a quick truncated model; an old rotary table; a bias
 // the config turns off; an LM head beside tied embeddings) are left out as
 // transformers leaves them, with a warning that names the layers.
-void check_unread_tensors(const TensorStore& store, const ModelConfig& c,
-                          const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected) {
+void warn_unread_tensors(const TensorStore& store, const ModelConfig& c) {
   std::unordered_set<std::string> used;
-  for (const auto& e : expected) used.insert(e.first);
+  for (const auto& e : expected_tensors(c)) used.insert(e.first);
   std::vector<std::string> unread;
   int64_t last_layer = -1;
   for (const std::string& name : store.names()) {
@@ -287,12 +292,27 @@ void check_unread_tensors(const TensorStore& store, const ModelConfig& c,
                  fmt::join(unread.begin(), unread.begin() + std::min<size_t>(unread.size(), 3), ", "));
 }
 
-}  // namespace
+int64_t ModelWeights::bytes() const {
+  int64_t total = embed.bytes() + lm_head.bytes() + final_norm.bytes();
+  for (const LayerWeights& l : layers)
+    for (const Buffer* b : {&l.input_norm, &l.post_attn_norm, &l.q_norm, &l.k_norm, &l.qkv, &l.qkv_bias, &l.o_proj,
+                            &l.o_bias, &l.gate_up, &l.down})
+      total += b->bytes();
+  return total;
+}
 
-void check_checkpoint_shapes(const TensorStore& store, const ModelConfig& c) {
-  const auto expected = expected_tensors(c);
-  for (const auto& [name, shape] : expected) expect_shape(store, name, shape);
-  check_unread_tensors(store, c, expected);
+// Mirrors load_layer and load_weights' allocations (Tp.WeightBytesMatchWhatLoads checks it).
+int64_t weight_bytes(const ModelConfig& c, const ShardPlan& p, DType weight, DType act) {
+  const auto w = static_cast<int64_t>(dtype_size(weight));
+  const auto a = static_cast<int64_t>(dtype_size(act));
+  const int64_t h = c.hidden_size, hd = c.head_dim;
+  const int64_t qkv_rows = (p.q_heads_local + 2 * p.kv_heads_local) * hd;
+  int64_t layer = 2 * h * a + qkv_rows * h * w + h * p.q_heads_local * hd * w + 3 * p.inter_local * h * w;
+  if (c.qk_norm) layer += 2 * hd * a;
+  if (c.qkv_bias) layer += qkv_rows * a;
+  if (c.o_bias) layer += h * a;
+  const int64_t table = p.vocab_local * h * w;
+  return table * (c.tie_word_embeddings ? 1 : 2) + c.num_layers * layer + h * a;
 }
 
 ModelWeights load_weights(const TensorStore& store, const ModelConfig& c, const ShardPlan& p, Communicator& comm,

@@ -35,6 +35,7 @@ struct ModelWeights {
   Buffer final_norm;  // [hidden], replicated
   std::vector<LayerWeights> layers;
   const Buffer& lm_head_weight() const { return lm_head.empty() ? embed : lm_head; }
+  int64_t bytes() const;  // all of this rank's weight buffers together
 };
 
 struct LoadStats {
@@ -44,9 +45,16 @@ struct LoadStats {
   uint64_t replicated_checksum = 0;
 };
 
+// The bytes load_weights will allocate on this rank's backend, from the
+// config alone: products and tables in `weight` dtype, norms and biases in
+// `act` (checked before anything is read, against the memory there is).
+int64_t weight_bytes(const ModelConfig& config, const ShardPlan& plan, DType weight, DType act);
+
 // Checks every tensor's presence and shape against the config (naming the
 // tensor) on every rank before any data is read.
 void check_checkpoint_shapes(const TensorStore& store, const ModelConfig& config);
+// Warns (once, from the engine) about checkpoint tensors the config leaves unread.
+void warn_unread_tensors(const TensorStore& store, const ModelConfig& config);
 
 // `comm` broadcasts the replicated weights in backend memory. The caller
 // compares stats->replicated_checksum across ranks (verify_same_on_all_ranks,

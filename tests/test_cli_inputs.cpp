@@ -315,6 +315,20 @@ TEST_F(CliInputs, ErrorLinesEscapeBadBytes) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "q"));
 }
 
+// Weights larger than the memory there is are refused before anything is
+// read or allocated: llama3-70b's bf16 weights (131 GiB) on this host's CPU.
+// Without the check the load fills memory until an allocation fails or the
+// OOM killer ends the process (a signal, which expect_clean_failure refuses).
+TEST_F(CliInputs, WeightsLargerThanMemoryAreRefusedBeforeLoading) {
+  std::ifstream meminfo("/proc/meminfo");
+  int64_t available_kib = 0;
+  for (std::string key; meminfo >> key;)
+    if (key == "MemAvailable:" && meminfo >> available_kib) break;
+  if (available_kib > (int64_t{150} << 20)) GTEST_SKIP() << "this host has room for a 70B model's weights";
+  CommandResult r = lockstep_run("bench --backend cpu --preset llama3-70b --batch 1 --steps 8 --ctx 8 --prefill 8");
+  expect_clean_failure(r, {"out of memory", "share of the weights needs 131.", "GiB", "this host has"});
+}
+
 TEST_F(CliInputs, DetokenizeAndChatLines) {
   auto model = make_model("m");
   const std::string detok = "detokenize --tokenizer " + model.string() + " --ids ";

@@ -82,6 +82,33 @@ TEST_F(Tp, EachRankReadsOnlyItsShareOfTheShardedBytes) {
   }
 }
 
+// weight_bytes (the check against free memory before loading) is what
+// load_weights then allocates, for each architecture's tensors, tied and
+// untied tables, vocab padding, and float32 or 16-bit weights.
+TEST_F(Tp, WeightBytesMatchWhatLoads) {
+  const std::vector<std::string> shapes = {
+      "--arch llama --preset tiny --vocab-size 301", "--arch llama --preset tiny --tie-word-embeddings",
+      "--arch qwen2 --preset tiny --num-heads 8 --num-kv-heads 4 --head-dim 8", "--arch qwen3 --preset tiny",
+      "--arch llama --preset tiny --attention-bias"};
+  for (const std::string& shape : shapes) {
+    std::filesystem::remove_all(dir_ / "model");
+    auto model = make_model(shape);
+    ModelConfig config = load_model_config(model);
+    for (int size : {1, 2, 4}) {
+      if (config.num_kv_heads % size != 0) continue;
+      for (DType weight : {DType::kF32, DType::kBF16}) {
+        TensorStore store(model);
+        FakeRankCommunicator comm(size - 1, size);
+        auto backend = make_cpu_backend(weight);
+        const ShardPlan plan = ShardPlan::make(config, size - 1, size);
+        const ModelWeights w = load_weights(store, config, plan, comm, *backend, nullptr);
+        EXPECT_EQ(weight_bytes(config, plan, backend->weight_dtype(), backend->act_dtype()), w.bytes())
+            << shape << " TP=" << size << " " << dtype_name(weight);
+      }
+    }
+  }
+}
+
 // The KV budget every rank uses is the least any rank offers.
 TEST_F(Tp, MinOverRanksTakesTheSmallestValue) {
   FakeRankCommunicator comm(0, 2, /*others=*/5000);

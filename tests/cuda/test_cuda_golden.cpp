@@ -148,6 +148,19 @@ TEST_F(CudaCli, UnsupportedHeadDimIsRefusedBeforeLoading) {
   EXPECT_EQ(cpu.exit_code, 0) << cpu.err;
 }
 
+// Weights larger than the GPU are refused before they are generated or read:
+// llama3-70b in float32 (263 GiB) exceeds an H100's and an H200's memory.
+TEST_F(CudaCli, WeightsLargerThanTheGpuAreRefusedBeforeLoading) {
+  const std::string args = "bench --backend cuda --preset llama3-70b --dtype float32 --batch 1 --steps 8 --ctx 8 "
+                           "--prefill 8";
+  CommandResult r = run(lockstep(args), dir_ / "oom", 60);
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+  EXPECT_NE(r.err.find("[error] out of memory: this rank's share of the weights needs 262.8"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("GiB free (more GPUs"), std::string::npos) << r.err;
+}
+
 TEST_F(CudaCli, DevicesPastTheHostsGpusAreRefused) {
   make_model_and_prompts();
   const std::string args = "generate --backend cuda --model " + model().string() + " --prompt-ids 1,2 --devices 999";
