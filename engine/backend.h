@@ -106,7 +106,8 @@ class Backend {
   virtual int device() const { return -1; }
   // Bytes the KV cache may take when --kv-cache-bytes is not given, asked
   // once the weights are in memory, for each of the `sharing` ranks whose
-  // buffers share this memory: on the CPU a quarter of the host's memory;
+  // buffers share this memory: on the CPU a quarter of the host's memory,
+  // at most what is then available (free_memory_bytes);
   // on a GPU its free memory less a tenth of the total (activations,
   // workspaces, graphs, NCCL's buffers).
   virtual int64_t default_kv_cache_bytes(int sharing) const;

@@ -35,7 +35,7 @@ Buffer Backend::upload(const std::vector<float>& host, DType dtype) {
 
 int64_t Backend::default_kv_cache_bytes(int sharing) const {
   const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-  return phys / 4 / std::max(1, sharing);
+  return std::min(phys / 4, free_memory_bytes()) / std::max(1, sharing);
 }
 
 namespace {

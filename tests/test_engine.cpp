@@ -2,6 +2,7 @@
 // chunked prefill and one-shot prefill give the same results as one sequence
 // at a time (bit for bit on the CPU backend, whose ops are row-independent).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <set>
@@ -374,6 +375,19 @@ TEST(MaxSeqLen, DefaultBudgetCapsTheCache) {
 // The CPU backend splits large copies over its threads: the bytes are those
 // of one memcpy, an overlapping copy (memmove) too; weights of 2 MiB or more
 // start on a huge page's boundary; the bench's measurements return something.
+// The host memory the checks count on: MemAvailable (a positive amount no
+// larger than the machine), and a KV-cache default within it.
+TEST(CpuBackend, MemoryBudgetsStayWithinTheHost) {
+  auto be = make_cpu_backend();
+  const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  const int64_t free_bytes = be->free_memory_bytes();
+  EXPECT_GT(free_bytes, 0);
+  EXPECT_LE(free_bytes, phys);
+  EXPECT_GT(be->default_kv_cache_bytes(1), 0);
+  EXPECT_LE(be->default_kv_cache_bytes(1), std::min(phys / 4, free_bytes + (int64_t{64} << 20)));  // 64 MiB: the host moves
+  EXPECT_LE(be->default_kv_cache_bytes(4), be->default_kv_cache_bytes(1) / 4 + (int64_t{16} << 20));
+}
+
 TEST(CpuBackend, LargeCopiesAreExactAndMeasured) {
   auto be = make_cpu_backend();
   const int64_t bytes = (int64_t{3} << 20) + 5;  // several chunks and a ragged end
