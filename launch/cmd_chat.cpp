@@ -201,12 +201,18 @@ int run_chat(ChatSession& s) {
     StopStringStream reply(tokenizer, s.stop.strings);
     stop_on_strings(r, reply);
     generator.generate({r}, false, [&](size_t, int32_t) {
-      if (world().rank == 0) std::cout << reply.take_ready() << std::flush;
+      if (world().rank == 0) {
+        std::cout << reply.take_ready() << std::flush;
+        require_stdout_written();
+      }
     });
     spdlog::debug("turn {}: {} prompt tokens, {} of them from the KV cache", turn + 1, r.prompt.size(),
                   generator.reused_prompt_tokens()[0]);
     const std::string tail = reply.take_rest();
-    if (world().rank == 0) std::cout << tail << std::endl;
+    if (world().rank == 0) {
+      std::cout << tail << std::endl;
+      require_stdout_written();
+    }
     messages.push_back({{"role", "assistant"}, {"content", reply.text()}});
   }
   return refused == 0 ? 0 : 1;

@@ -438,8 +438,10 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
       line["text"] = texts[r].text();
     }
     line["stopped"] = out.stopped;
-    for (; printed < lines.size() && lines[printed] && world().rank == 0; ++printed)
+    for (; printed < lines.size() && lines[printed] && world().rank == 0; ++printed) {
       std::cout << lines[printed]->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
+      require_stdout_written();
+    }
   });
   int64_t prompt_tokens = 0, reused = 0;
   for (size_t r = 0; r < requests.size(); ++r) {
@@ -475,7 +477,10 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   std::optional<StopStringStream> stream;
   if (tokenizer) stop_on_strings(request, stream.emplace(*tokenizer, stop.strings));
   auto on_token = [&](size_t, int32_t) {
-    if (stream && world().rank == 0) std::cout << stream->take_ready() << std::flush;
+    if (stream && world().rank == 0) {
+      std::cout << stream->take_ready() << std::flush;
+      require_stdout_written();
+    }
   };
   std::vector<GenerationOutput> out = generator.generate({request}, keep_logits, on_token);
   if (world().rank == 0) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -76,6 +77,7 @@ void check_collective_timeout(double seconds) {
 
 int main(int argc, char** argv) {
   using namespace lockstep;
+  std::signal(SIGPIPE, SIG_IGN);  // a closed output is an error line (require_stdout_written), not a signal
   cli::init_world(&argc, &argv);
   cli::init_logging();
   CLI::App app{"lockstep: tensor-parallel LLM inference, one MPI rank per device"};
@@ -117,9 +119,7 @@ int main(int argc, char** argv) {
       if (sub->parsed()) code = run();
     // Output that did not reach standard output (a full disk, a closed pipe
     // reader) is a failed run, whatever the command printed it with.
-    std::cout.flush();
-    LS_REQUIRE(!std::cout.bad() && std::fflush(stdout) == 0 && !std::ferror(stdout), ErrorKind::kIo,
-               "cannot write to standard output");
+    cli::require_stdout_written();
   } catch (const Error& e) {
     spdlog::error("{}: {}", error_kind_name(e.kind()), printable(e.what()));
     cli::abort_world(2);

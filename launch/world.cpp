@@ -3,7 +3,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <iterator>
 #include <utility>
 
@@ -66,6 +70,14 @@ void abort_world(int code) {
   if (g_world.mpi && g_world.size > 1) MPI_Abort(MPI_COMM_WORLD, code);
   if (g_world.mpi) MPI_Finalize();
   std::exit(code);
+}
+
+void require_stdout_written() {
+  std::cout.flush();  // errno: the failed write's (the stream's operator<< left it)
+  if (!std::cout.bad() && std::fflush(stdout) == 0 && !std::ferror(stdout)) return;
+  const int e = errno;
+  LS_FAIL(ErrorKind::kIo, "cannot write to standard output: {}",
+          e == EPIPE ? "its reader has closed it" : e != 0 ? std::strerror(e) : "a write failed");
 }
 
 void init_logging() {

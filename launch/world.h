@@ -31,6 +31,12 @@ void finalize_world();
 // ranks run (every rank exits non-zero), else exit(code).
 [[noreturn]] void abort_world(int code);
 
+// Fails (kIo) when what was written to standard output did not get there:
+// its reader closed it (SIGPIPE is ignored, so a write fails instead of
+// killing the process), or a full disk. Called after each streamed write, so
+// that a run stops as soon as nobody reads it.
+void require_stdout_written();
+
 // spdlog with the rank in every line (before the command line is parsed, so
 // that its errors look like every other).
 void init_logging();

@@ -5,6 +5,7 @@
 // that does not fit: ChatCli.ChatKeepsTheConversationAcrossTurns). Each ends in
 // one error line naming the problem and a non-zero exit, never a crash.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -216,6 +217,18 @@ TEST_F(CliInputs, StandardStreamsThatFail) {
   expect_clean_failure(run("sh -c '" + lockstep("generate --backend cpu --model " + model.string() + " --prompt-ids 1,2") +
                                " > /dev/full'", dir_ / "full"),
                        {"cannot write to standard output"});
+  // A pipe whose reader is gone before the run starts (fd 9 for the shell): the
+  // first streamed write fails (SIGPIPE is ignored), and the run stops there.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(dup2(fds[1], 9), 9);
+  close(fds[0]);
+  close(fds[1]);
+  CommandResult closed = run("sh -c '" + lockstep("generate --backend cpu --model " + model.string() +
+                                                  " --prompt hello --max-new-tokens 50 --ignore-eos") + " >&9'",
+                             dir_ / "closed");
+  close(9);
+  expect_clean_failure(closed, {"cannot write to standard output: its reader has closed it"});
   expect_clean_failure(lockstep_run("tokenize --tokenizer " + model.string() + " --text-file - < " + model.string()),
                        {"cannot read", "standard input"});
   expect_clean_failure(lockstep_run("chat --backend cpu --model " + model.string() + " < " + model.string()),
