@@ -1,4 +1,6 @@
 // Template values with Python's str(), repr(), ==, < and json.dumps.
+#include <utf8proc.h>
+
 #include <charconv>
 #include <cmath>
 
@@ -167,20 +169,40 @@ std::string float_repr(double d) {
   return out;
 }
 
+namespace {
+
+// Python's str.isprintable for one character: false for the categories
+// Other (Cc, Cf, Cs, Co, Cn) and Separator (Zl, Zp, Zs) except the space.
+bool python_printable(char32_t c) {
+  if (c == U' ') return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS: case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+// Python's repr() of a str: the quote it picks, backslash escapes for \\, the
+// quote, \n \r \t, and \xhh / \uhhhh / \Uhhhhhhhh for what is not printable.
 std::string string_repr(const std::string& s) {
   const bool has_single = s.find('\'') != std::string::npos;
-  const char quote = has_single && s.find('"') == std::string::npos ? '"' : '\'';
-  std::string out(1, quote);
-  for (unsigned char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == static_cast<unsigned char>(quote)) out += std::string("\\") + quote;
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
-    else out.push_back(static_cast<char>(c));
+  const char32_t quote = has_single && s.find('"') == std::string::npos ? U'"' : U'\'';
+  std::string out(1, static_cast<char>(quote));
+  for (char32_t c : code_points(s)) {
+    if (c == U'\\' || c == quote) out += '\\', out += static_cast<char>(c);
+    else if (c == U'\n') out += "\\n";
+    else if (c == U'\r') out += "\\r";
+    else if (c == U'\t') out += "\\t";
+    else if (python_printable(c)) tok_detail::append_utf8(out, c);
+    else if (c < 0x100) out += fmt::format("\\x{:02x}", static_cast<uint32_t>(c));
+    else if (c < 0x10000) out += fmt::format("\\u{:04x}", static_cast<uint32_t>(c));
+    else out += fmt::format("\\U{:08x}", static_cast<uint32_t>(c));
   }
-  out.push_back(quote);
+  out.push_back(static_cast<char>(quote));
   return out;
 }
 
