@@ -69,11 +69,7 @@ std::string render_conversation(const ChatOptions& c, const std::filesystem::pat
   ChatRenderOptions options;
   options.add_generation_prompt = !c.no_generation_prompt;
   if (!c.template_kwargs.empty()) {
-    try {
-      options.variables = nlohmann::ordered_json::parse(c.template_kwargs);
-    } catch (const nlohmann::json::exception& e) {
-      LS_FAIL(ErrorKind::kInvalidArgument, "--chat-template-kwargs is not valid JSON: {}", e.what());
-    }
+    options.variables = parse_template_json(c.template_kwargs, "--chat-template-kwargs");
     LS_REQUIRE(options.variables.is_object(), ErrorKind::kInvalidArgument,
                "--chat-template-kwargs must be a JSON object, got {}", c.template_kwargs);
   }

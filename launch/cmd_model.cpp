@@ -343,12 +343,7 @@ PromptsFile read_prompts_file(const ModelRunConfig& c, const TextOptions& t, con
   for (int number = 1; std::getline(in, text); ++number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto where = [&] { return fmt::format("--prompts-file {} line {}", t.prompts_file, number); };
-    nlohmann::ordered_json line;
-    try {
-      line = nlohmann::ordered_json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      LS_FAIL(ErrorKind::kInvalidArgument, "{}: not valid JSON: {}", where(), e.what());
-    }
+    const nlohmann::ordered_json line = parse_template_json(text, where());
     const int kinds = line.is_object() ? static_cast<int>(line.contains("prompt")) + line.contains("prompt_ids") +
                                              line.contains("messages")
                                        : 0;

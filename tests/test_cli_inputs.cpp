@@ -269,6 +269,13 @@ TEST_F(CliInputs, ConversationsAndTemplatesWithinBounds) {
   expect_clean_failure(lockstep_run(apply + " --messages " + messages.string()), {"nest deeper than 256"});
   std::ofstream(messages) << R"([{"role": "user", "content": 18446744073709551615}])";
   expect_clean_failure(lockstep_run(apply + " --messages " + messages.string()), {"18446744073709551615", "64-bit"});
+  // Past 64 bits nlohmann reads a double: refused as well, from every source a template sees.
+  std::ofstream(messages) << R"([{"role": "user", "content": [1.5, 18446744073709551616]}])";
+  expect_clean_failure(lockstep_run(apply + " --messages " + messages.string()), {"18446744073709551616", "64-bit"});
+  expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template-kwargs '{\"n\": -99999999999999999999}'"),
+                       {"--chat-template-kwargs", "-99999999999999999999", "64-bit"});
+  std::ofstream(messages) << R"([{"role": "user", "content": [1e19, 2.5E3, 100]}])";  // floats as written: rendered
+  EXPECT_EQ(lockstep_run(apply + " --messages " + messages.string()).exit_code, 0);
   expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template-kwargs '{\"messages\": []}'"),
                        {"may not set \"messages\""});
   const auto runaway = dir_ / "t.jinja";

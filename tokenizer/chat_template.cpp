@@ -207,14 +207,50 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
   return jinja::render(parsed_->body, globals);
 }
 
-nlohmann::ordered_json read_messages_file(const std::filesystem::path& path) {
-  const std::string text = read_text(path, "messages file");
+namespace {
+
+// A SAX pass that notes the first number written as an integer (no '.',
+// 'e' or 'E') that nlohmann had to read as a double: one past 64 bits.
+class WideIntegerFinder : public nlohmann::json_sax<nlohmann::ordered_json> {
+ public:
+  std::string found;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t& raw) override {
+    if (found.empty() && raw.find_first_of(".eE") == std::string::npos) found = raw;
+    return true;
+  }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+}  // namespace
+
+nlohmann::ordered_json parse_template_json(const std::string& text, const std::string& what) {
   nlohmann::ordered_json j;
   try {
     j = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    LS_FAIL(ErrorKind::kInvalidArgument, "messages file {} is not valid JSON: {}", path.string(), e.what());
+    LS_FAIL(ErrorKind::kInvalidArgument, "{} is not valid JSON: {}", what, e.what());
   }
+  WideIntegerFinder wide;
+  nlohmann::ordered_json::sax_parse(text, &wide);
+  LS_REQUIRE(wide.found.empty(), ErrorKind::kInvalidArgument,
+             "{}: the integer {} is outside the templates' 64-bit range", what, wide.found);
+  return j;
+}
+
+nlohmann::ordered_json read_messages_file(const std::filesystem::path& path) {
+  const nlohmann::ordered_json j = parse_template_json(read_text(path, "messages file"),
+                                                      fmt::format("messages file {}", path.string()));
   LS_REQUIRE(j.is_array() && !j.empty(), ErrorKind::kInvalidArgument,
              "messages file {}: expected a non-empty list of messages", path.string());
   for (size_t i = 0; i < j.size(); ++i)
