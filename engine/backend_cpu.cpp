@@ -10,9 +10,9 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <optional>
 #include <string>
-#include <new>
 #include <vector>
 
 #include "common/error.h"
