@@ -244,7 +244,7 @@ nlohmann::ordered_json parse_template_json(const std::string& text, const std::s
   WideIntegerFinder wide;
   nlohmann::ordered_json::sax_parse(text, &wide);
   LS_REQUIRE(wide.found.empty(), ErrorKind::kInvalidArgument,
-             "{}: the integer {} is outside the templates' 64-bit range", what, wide.found);
+             "{}: the integer {} is outside the 64-bit range", what, wide.found);
   return j;
 }
 

@@ -74,10 +74,11 @@ class ChatTemplate {
   std::unique_ptr<Parsed> parsed_;
 };
 
-// Parses JSON that a template will see (messages, template variables),
-// refusing integers past 64 bits by name: nlohmann would read them as
-// doubles, and a template would print 1.8446744073709552e+19 where Python
-// prints the integer. `what` names the source in errors.
+// Parses JSON that a template or a request will see (messages, template
+// variables, prompts-file lines), refusing integers past 64 bits by name:
+// nlohmann would read them as doubles, and a template would print
+// 1.8446744073709552e+19 where Python prints the integer. `what` names the
+// source in errors.
 nlohmann::ordered_json parse_template_json(const std::string& text, const std::string& what);
 
 // A conversation from a JSON file: a list of messages, each an object with a
