@@ -225,7 +225,7 @@ Engine::Engine(const EngineOptions& options, Communicator& world) {
   }
   spdlog::info("model: {}", config_.summary());
   check_checkpoint_shapes(*store_, config_);
-  warn_unread_tensors(*store_, config_);
+  if (world.rank() == 0) warn_unread_tensors(*store_, config_);  // once: each rank reads a copy of one checkpoint
   plan_ = ShardPlan::make(config_, world.rank(), world.size());
   spdlog::debug("shard plan: {}", plan_.summary());
   backend_ = make_backend(options, *store_);

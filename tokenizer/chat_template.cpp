@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/file.h"
+#include "common/json_sax.h"
 #include "tokenizer/template_internal.h"
 
 namespace lockstep {
@@ -211,25 +212,13 @@ namespace {
 
 // A SAX pass that notes the first number written as an integer (no '.',
 // 'e' or 'E') that nlohmann had to read as a double: one past 64 bits.
-class WideIntegerFinder : public nlohmann::json_sax<nlohmann::ordered_json> {
+class WideIntegerFinder : public JsonSaxPass<nlohmann::ordered_json> {
  public:
   std::string found;
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
   bool number_float(number_float_t, const string_t& raw) override {
     if (found.empty() && raw.find_first_of(".eE") == std::string::npos) found = raw;
     return true;
   }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "common/file.h"
+#include "common/json_sax.h"
 #include "common/utf8.h"
 
 namespace lockstep {
@@ -37,16 +38,9 @@ constexpr int64_t kWriteChunkElements = int64_t{1} << 20;
 
 // A SAX pass over JSON text that fails on a syntax error or on an object that
 // repeats a key, keeping only the keys of the objects still open.
-class DuplicateKeyCheck : public nlohmann::json_sax<json> {
+class DuplicateKeyCheck : public JsonSaxPass<json> {
  public:
   DuplicateKeyCheck(const std::string& file, const char* what) : file_(file), what_(what) {}
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
   bool start_object(std::size_t) override {
     open_.emplace_back();
     return true;
@@ -59,8 +53,6 @@ class DuplicateKeyCheck : public nlohmann::json_sax<json> {
     open_.pop_back();
     return true;
   }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     LS_FAIL(ErrorKind::kModel, "{}: {} is not valid JSON: {}", file_, what_, e.what());
   }
@@ -251,7 +243,6 @@ void convert_mapped(const uint8_t* src, DType src_type, uint8_t* dst, DType dst_
     done += count;
   }
 }
-
 
 // The [rows, cols] view used by read_block: rows is shape[0] and cols the
 // product of the other dimensions; a scalar is [1, 1], a 1-D tensor [shape0, 1].
