@@ -219,15 +219,31 @@ TEST(Tokenizer, StreamDecoderHoldsBackIncompleteUtf8) {
   EXPECT_EQ(stream.flush(), "");
 }
 
-TEST(Tokenizer, TakeCompleteUtf8) {
-  std::string bytes = "ab\xE4\xB8";
-  EXPECT_EQ(take_complete_utf8(bytes), "ab");
-  EXPECT_EQ(bytes, "\xE4\xB8");
-  bytes += "\xAD";
-  EXPECT_EQ(take_complete_utf8(bytes), "\xE4\xB8\xAD");
-  EXPECT_TRUE(bytes.empty());
-  bytes = "\xC0\xAF";  // overlong: never valid
-  EXPECT_EQ(take_complete_utf8(bytes), "\xEF\xBF\xBD\xEF\xBF\xBD");
+// Byte-level BPE: invalid bytes streamed one token at a time come out as
+// Hugging Face's ByteLevel decoder puts them for the whole text: one U+FFFD
+// per maximal subpart (E2 82 cut short by 'A' is one, not two).
+TEST(Tokenizer, StreamDecoderRepairsAsTheWholeText) {
+  Tokenizer tok = small();  // ids 0..255 are the single bytes
+  EXPECT_EQ(tok.utf8_repair(), Utf8Repair::kMaximalSubpart);
+  const std::string fffd = "\xEF\xBF\xBD";
+  const std::vector<std::pair<std::vector<int32_t>, std::string>> cases = {
+      {{0xE2, 0x82, 'A'}, fffd + "A"},
+      {{0xF0, 0x9F, 0x98, 'A', 0xF0, 0x9F, 0x98, 0x80}, fffd + "A\xF0\x9F\x98\x80"},
+      {{0xED, 0xA0, 0x80}, fffd + fffd + fffd},  // a surrogate: ED alone, then two strays
+      {{0xF4, 0x90, 0x80}, fffd + fffd + fffd},  // above U+10FFFF
+      {{'o', 0xE4, 0xB8}, "o" + fffd},           // cut off by the end
+  };
+  for (const auto& [ids, text] : cases) {
+    StreamDecoder stream(tok);
+    std::string streamed;
+    for (int32_t id : ids) streamed += stream.push(id);
+    streamed += stream.flush();
+    EXPECT_EQ(streamed, text);
+    std::string rest = tok.decode(ids);
+    std::string whole = take_complete_utf8(rest, Utf8Repair::kMaximalSubpart);
+    whole += repair_truncated_utf8(rest, Utf8Repair::kMaximalSubpart);
+    EXPECT_EQ(whole, text);
+  }
 }
 
 // Loads gen300.json after `edit`; expects a kModel error naming `needle`.
@@ -364,6 +380,12 @@ TEST(Tokenizer, SentencePieceStyleSpacesAndStreaming) {
   streamed += stream.flush();
   EXPECT_EQ(streamed, " Hello world, \xC3\xA9t\xC3\xA9 \xF0\x9F\x99\x82");
   EXPECT_EQ(tok.token_id("\xE2\x96\x81Hello"), 22557);
+  // Byte tokens that are not valid UTF-8: one U+FFFD each, as ByteFallback.
+  EXPECT_EQ(tok.utf8_repair(), Utf8Repair::kEachByte);
+  StreamDecoder bytes(tok);
+  std::string text = bytes.push(*tok.token_id("<0xE4>")) + bytes.push(*tok.token_id("<0xB8>"));
+  text += bytes.push(22557) + bytes.push(*tok.token_id("<0xF0>")) + bytes.flush();
+  EXPECT_EQ(text, "\xEF\xBF\xBD\xEF\xBF\xBD Hello\xEF\xBF\xBD");
 }
 
 // The other spelling of SentencePiece-style BPE (newer conversions of Llama

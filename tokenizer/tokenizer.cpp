@@ -112,6 +112,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return out.erase(0, tok_detail::leading_spaces(out, static_cast<size_t>(leading_spaces_stripped())));
 }
 
+Utf8Repair Tokenizer::utf8_repair() const {
+  return impl_->metaspace ? Utf8Repair::kEachByte : Utf8Repair::kMaximalSubpart;
+}
+
 int Tokenizer::leading_spaces_stripped() const { return impl_->metaspace ? impl_->metaspace->strip_leading : 0; }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
@@ -126,37 +130,6 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->id_special[static_cast<size_t>(id)];
 }
 
-std::string take_complete_utf8(std::string& bytes) {
-  std::string out;
-  size_t i = 0;
-  const size_t n = bytes.size();
-  while (i < n) {
-    auto c = static_cast<unsigned char>(bytes[i]);
-    if (c < 0x80) {
-      out.push_back(static_cast<char>(c));
-      ++i;
-      continue;
-    }
-    size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (len != 0 && i + len > n) {
-      // Possibly incomplete: hold back if what is there are continuation bytes.
-      bool prefix = true;
-      for (size_t k = i + 1; k < n; ++k) prefix = prefix && (static_cast<unsigned char>(bytes[k]) & 0xC0) == 0x80;
-      if (prefix) break;
-    }
-    if (len != 0 && i + len <= n &&
-        find_invalid_utf8(std::string_view(bytes).substr(i, len)) == std::string_view::npos) {
-      out.append(bytes, i, len);
-      i += len;
-      continue;
-    }
-    out += "\xEF\xBF\xBD";  // U+FFFD for a byte that cannot start valid UTF-8 here
-    ++i;
-  }
-  bytes.erase(0, i);
-  return out;
-}
-
 std::string StreamDecoder::push(int32_t id) {
   pending_ += tokenizer_->token_bytes(id);
   if (strip_left_ > 0 && !pending_.empty()) {
@@ -165,15 +138,13 @@ std::string StreamDecoder::push(int32_t id) {
     // Past the first non-space byte nothing more is stripped.
     strip_left_ = pending_.empty() ? strip_left_ - static_cast<int>(spaces) : 0;
   }
-  return take_complete_utf8(pending_);
+  return take_complete_utf8(pending_, repair_);
 }
 
 std::string StreamDecoder::flush() {
-  std::string out = take_complete_utf8(pending_);
-  if (!pending_.empty()) {
-    out += "\xEF\xBF\xBD";
-    pending_.clear();
-  }
+  std::string out = take_complete_utf8(pending_, repair_);
+  out += repair_truncated_utf8(pending_, repair_);
+  pending_.clear();
   return out;
 }
 

@@ -32,6 +32,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/utf8.h"
+
 namespace lockstep {
 
 namespace tok_detail {
@@ -75,6 +77,11 @@ class Tokenizer {
   // model vocabulary entry in its spelling such as "Ġthe" or "▁the").
   std::optional<int32_t> token_id(std::string_view token) const;
 
+  // How the decoder shows bytes that are not valid UTF-8: one U+FFFD per
+  // byte for SentencePiece-style byte tokens (ByteFallback), one per maximal
+  // subpart for byte-level BPE (ByteLevel).
+  Utf8Repair utf8_repair() const;
+
   // True when `id` is an added token marked special.
   bool is_special(int32_t id) const;
 
@@ -85,24 +92,23 @@ class Tokenizer {
 
 // Turns a stream of ids into text, returning only complete UTF-8: the bytes of
 // a character split across tokens are held back until it is complete. Bytes
-// that can never form valid UTF-8 come out as U+FFFD, so all output is valid.
+// that can never form valid UTF-8 come out as U+FFFD, as many as the
+// tokenizer's Hugging Face decoder puts (utf8_repair()), so all output is
+// valid and the whole equals tokenizers' decode of the same ids.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer)
-      : tokenizer_(&tokenizer), strip_left_(tokenizer.leading_spaces_stripped()) {}
+      : tokenizer_(&tokenizer), repair_(tokenizer.utf8_repair()), strip_left_(tokenizer.leading_spaces_stripped()) {}
   std::string push(int32_t id);
-  // Whatever is still held back (an incomplete sequence becomes U+FFFD).
+  // Whatever is still held back (an incomplete character becomes U+FFFD).
   std::string flush();
 
  private:
   const Tokenizer* tokenizer_;
+  Utf8Repair repair_;
   int strip_left_;  // leading spaces still to drop, as decode() does
   std::string pending_;
 };
-
-// Splits `bytes` into the longest prefix of complete UTF-8 (invalid bytes
-// replaced by U+FFFD) and leaves in `bytes` the incomplete tail, if any.
-std::string take_complete_utf8(std::string& bytes);
 
 // Writes a small, valid byte-level BPE tokenizer.json (Llama-3 style
 // pre-tokenizer): ids 0..255 are the bytes, merges learned from a built-in
