@@ -246,6 +246,31 @@ TEST(Tokenizer, StreamDecoderRepairsAsTheWholeText) {
   }
 }
 
+// Added tokens read through the byte-level alphabet as Hugging Face's
+// ByteLevel decoder reads them (checked against tokenizers by
+// tests/oracle/decode_repair_check.py): "Ġhi" is " hi"; "é" is the one byte
+// E9, which is not UTF-8 (U+FFFD when shown); "a b" has a character outside
+// the alphabet (the space), so it stays as written.
+TEST(Tokenizer, AddedTokensDecodeThroughTheByteLevelAlphabet) {
+  nlohmann::json j = nlohmann::json::parse(read_file(data_dir() / "fixtures" / "gen300.json"));
+  int32_t id = 300;
+  for (const char* content : {"\xC4\xA0hi", "\xC3\xA9", "a b"})
+    j["added_tokens"].push_back({{"id", id++}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                                 {"rstrip", false}, {"normalized", false}, {"special", false}});
+  const fs::path path = temp_path("added_byte_level.json");
+  std::ofstream(path) << j.dump();
+  Tokenizer tok = Tokenizer::load(path);
+  fs::remove(path);
+  EXPECT_EQ(tok.decode({300}), " hi");
+  EXPECT_EQ(tok.decode({301}), "\xE9");
+  EXPECT_EQ(tok.decode({302}), "a b");
+  EXPECT_EQ(tok.encode("x\xC4\xA0hi"), (std::vector<int32_t>{'x', 300}));  // matched as written
+  StreamDecoder stream(tok);
+  std::string shown = stream.push(301);
+  shown += stream.flush();
+  EXPECT_EQ(shown, "\xEF\xBF\xBD");
+}
+
 // Loads gen300.json after `edit`; expects a kModel error naming `needle`.
 void expect_refused(const std::function<void(nlohmann::json&)>& edit, const std::string& needle) {
   nlohmann::json j = nlohmann::json::parse(read_file(data_dir() / "fixtures" / "gen300.json"));
@@ -383,8 +408,10 @@ TEST(Tokenizer, SentencePieceStyleSpacesAndStreaming) {
   // Byte tokens that are not valid UTF-8: one U+FFFD each, as ByteFallback.
   EXPECT_EQ(tok.utf8_repair(), Utf8Repair::kEachByte);
   StreamDecoder bytes(tok);
-  std::string text = bytes.push(*tok.token_id("<0xE4>")) + bytes.push(*tok.token_id("<0xB8>"));
-  text += bytes.push(22557) + bytes.push(*tok.token_id("<0xF0>")) + bytes.flush();
+  std::string text;
+  for (int32_t id : {*tok.token_id("<0xE4>"), *tok.token_id("<0xB8>"), 22557, *tok.token_id("<0xF0>")})
+    text += bytes.push(id);
+  text += bytes.flush();
   EXPECT_EQ(text, "\xEF\xBF\xBD\xEF\xBF\xBD Hello\xEF\xBF\xBD");
 }
 

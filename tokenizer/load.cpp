@@ -311,7 +311,11 @@ void add_added_tokens(const json& list, TokenizerImpl& impl) {
     t.rstrip = flag(j, "rstrip", false);
     t.single_word = flag(j, "single_word", false);
     t.normalized = flag(j, "normalized", !t.special);
-    set_id(impl, t.id, t.content);
+    // Hugging Face's ByteLevel decoder reads an added token's text as it
+    // reads a vocab spelling: through the byte-level alphabet when every
+    // character is in it ("Ġhi" is " hi"), else as it is.
+    std::optional<std::string> bytes = impl.metaspace ? std::nullopt : tok_detail::byte_level_decode(t.content);
+    set_id(impl, t.id, bytes ? *bytes : t.content);
     impl.id_special[static_cast<size_t>(t.id)] = t.special;
     impl.spelling_to_id.set(t.content, t.id);
     if (t.content.empty()) continue;

@@ -16,6 +16,7 @@ run on the device machine):
 Prints the counts; exits 1 on any disagreement outside the counted class.
 """
 import argparse
+import json
 import os
 import random
 
@@ -67,6 +68,21 @@ def check_byte_level(cases, rng):
     return bad
 
 
+def check_added_tokens():
+    """Added tokens go through the ByteLevel decoder's alphabet too."""
+    path = os.path.join(HERE, "..", "data", "tokenizer", "fixtures", "gen300.json")
+    with open(path) as f:
+        j = json.load(f)
+    for i, content in enumerate(["\u0120hi", "\u00e9", "a b"]):
+        j["added_tokens"].append({"id": 300 + i, "content": content, "single_word": False, "lstrip": False,
+                                  "rstrip": False, "normalized": False, "special": False})
+    tok = Tokenizer.from_str(json.dumps(j))
+    got = [tok.decode([300]), tok.decode([301]), tok.decode([302])]
+    want = [" hi", "\ufffd", "a b"]
+    print(f"added tokens: decoded {got!r}, lockstep's rule {want!r}")
+    return int(got != want)
+
+
 def check_byte_fallback(path, cases, rng):
     tok = Tokenizer.from_file(path)
     byte_id = {b: tok.token_to_id(f"<0x{b:02X}>") for b in range(256)}
@@ -94,7 +110,7 @@ def main():
     ap.add_argument("--cases", type=int, default=20000)
     args = ap.parse_args()
     rng = random.Random(7)
-    bad = check_byte_level(args.cases, rng)
+    bad = check_byte_level(args.cases, rng) + check_added_tokens()
     if os.path.exists(args.llama2):
         bad += check_byte_fallback(args.llama2, args.cases, rng)
     else:
