@@ -489,6 +489,30 @@ TEST_F(Cli, TokenIdsOutsideTheVocabulary) {
   expect_clean_failure(generate(model, "--prompt-ids 1,x"), {"'x'"});
 }
 
+// A model whose vocabulary is larger than its tokenizer's (Qwen2.5 pads its
+// 151665 tokens to 151936 rows): a sampled padding id shows no text, as
+// Hugging Face's decode skips it, instead of ending the request.
+TEST_F(Cli, GeneratedIdsPastTheTokenizerShowNoText) {
+  auto model = make_model("m", "--vocab-size 1024");
+  auto small = make_model("small");  // the tiny preset's 512-id tokenizer
+  std::filesystem::copy_file(small / "tokenizer.json", model / "tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir_ / "p.jsonl") << R"({"prompt": "Once upon a time", "temperature": 1.0, "seed": 5})" << "\n";
+  const CommandResult r = generate(model, "--max-new-tokens 32 --ignore-eos --prompts-file " + (dir_ / "p.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json line = nlohmann::json::parse(r.out);
+  const auto ids = line["ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ids.size(), 32u);
+  EXPECT_TRUE(std::any_of(ids.begin(), ids.end(), [](int32_t id) { return id >= 512; })) << r.out;
+  Tokenizer tokenizer = Tokenizer::load(model);
+  StreamDecoder decoder(tokenizer);
+  std::string expected;
+  for (int32_t id : ids)
+    if (id < 512 && !tokenizer.is_special(id)) expected += decoder.push(id);
+  expected += decoder.flush();
+  EXPECT_EQ(line["text"].get<std::string>(), expected);
+}
+
 TEST_F(Cli, PromptPlusNewTokensBeyondTheContext) {
   auto model = make_model("m");
   expect_clean_failure(generate(model, "--prompt-ids 1,2,3,4,5 --max-new-tokens 4 --max-seq-len 8"),

@@ -99,9 +99,12 @@ std::vector<int32_t> Tokenizer::with_special_tokens(const std::vector<int32_t>& 
   return out;
 }
 
+bool Tokenizer::has_token(int32_t id) const {
+  return id >= 0 && id < vocab_size() && impl_->id_known[static_cast<size_t>(id)];
+}
+
 const std::string& Tokenizer::token_bytes(int32_t id) const {
-  LS_REQUIRE(id >= 0 && id < vocab_size() && impl_->id_known[static_cast<size_t>(id)],
-             ErrorKind::kInvalidArgument, "token id {} is not in the tokenizer's vocabulary (size {})",
+  LS_REQUIRE(has_token(id), ErrorKind::kInvalidArgument, "token id {} is not in the tokenizer's vocabulary (size {})",
              id, vocab_size());
   return impl_->id_bytes[static_cast<size_t>(id)];
 }
@@ -131,6 +134,7 @@ bool Tokenizer::is_special(int32_t id) const {
 }
 
 std::string StreamDecoder::push(int32_t id) {
+  if (!tokenizer_->has_token(id)) return {};
   pending_ += tokenizer_->token_bytes(id);
   if (strip_left_ > 0 && !pending_.empty()) {
     const size_t spaces = tok_detail::leading_spaces(pending_, static_cast<size_t>(strip_left_));

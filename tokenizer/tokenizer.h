@@ -67,6 +67,11 @@ class Tokenizer {
   // How many leading spaces decode() drops from the start of a text.
   int leading_spaces_stripped() const;
 
+  // True when `id` names a token of this tokenizer. A model's vocabulary
+  // may be larger (Qwen2.5 pads its embedding to a multiple of 128); such
+  // ids show no text, as Hugging Face's decode skips them.
+  bool has_token(int32_t id) const;
+
   // Raw bytes of one token; kInvalidArgument for an unknown id.
   const std::string& token_bytes(int32_t id) const;
 
@@ -99,6 +104,7 @@ class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer)
       : tokenizer_(&tokenizer), repair_(tokenizer.utf8_repair()), strip_left_(tokenizer.leading_spaces_stripped()) {}
+  // An id the tokenizer does not have adds nothing (see has_token).
   std::string push(int32_t id);
   // Whatever is still held back (an incomplete character becomes U+FFFD).
   std::string flush();
