@@ -61,6 +61,13 @@ TEST_F(Cli, ShardedCheckpointGivesTheSameTokens) {
   EXPECT_TRUE(std::filesystem::exists(sharded / "model.safetensors.index.json"));
   std::string args = "--prompt-ids 5,6,7 --max-new-tokens 6 --ignore-eos";
   EXPECT_EQ(generate(single, args).out, generate(sharded, args).out);
+  // Both a model.safetensors and an index: the single file, as transformers
+  // reads it, with a warning.
+  auto other = make_model("other", "--seed 4");
+  std::filesystem::copy_file(other / "model.safetensors", sharded / "model.safetensors");
+  const CommandResult both = generate(sharded, args);
+  EXPECT_EQ(both.out, generate(other, args).out);
+  EXPECT_NE(both.err.find("reading model.safetensors"), std::string::npos) << both.err;
 }
 
 TEST_F(Cli, EveryArchitectureAndDtypeRuns) {

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <sstream>
 #include <string_view>
 #include <tuple>
@@ -347,12 +348,17 @@ TensorStore::TensorStore(const fs::path& model_dir) : model_dir_(model_dir) {
   std::error_code ec;
   LS_REQUIRE(fs::is_directory(model_dir, ec), ErrorKind::kIo, "model folder not found: {}",
              model_dir.string());
+  // As transformers' from_pretrained: model.safetensors first, else the index.
   const fs::path index = model_dir / "model.safetensors.index.json";
-  if (fs::exists(index, ec)) {
+  const fs::path single = model_dir / "model.safetensors";
+  const bool has_index = fs::exists(index, ec);
+  if (has_index && !fs::exists(single, ec)) {
     open_shards(index);
     return;
   }
-  const fs::path single = model_dir / "model.safetensors";
+  if (has_index)
+    spdlog::warn("{} holds both model.safetensors and model.safetensors.index.json: reading model.safetensors, "
+                 "as transformers does", model_dir.string());
   if (!fs::exists(single, ec)) {
     // Weights in another format: say so rather than only that safetensors are missing.
     for (const char* other : {"pytorch_model.bin", "pytorch_model.bin.index.json", "consolidated.00.pth",
