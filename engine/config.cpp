@@ -41,18 +41,24 @@ const ArchEntry& arch_entry(Arch a) {
   LS_FAIL(ErrorKind::kModel, "config.json: {}", what);
 }
 
+int64_t int_value(const json& v, const char* key) {
+  if (!v.is_number_integer()) config_error(fmt::format("'{}' must be an integer, got {}", key, v.dump()));
+  // nlohmann keeps 2^63..2^64-1 unsigned; read as int64 they would wrap.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    config_error(fmt::format("'{}' is too large, got {}", key, v.dump()));
+  return v.get<int64_t>();
+}
+
 int64_t get_int(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) config_error(fmt::format("missing '{}'", key));
-  if (!it->is_number_integer()) config_error(fmt::format("'{}' must be an integer, got {}", key, it->dump()));
-  return it->get<int64_t>();
+  return int_value(*it, key);
 }
 
 int64_t get_int_or(const json& j, const char* key, int64_t fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer()) config_error(fmt::format("'{}' must be an integer, got {}", key, it->dump()));
-  return it->get<int64_t>();
+  return int_value(*it, key);
 }
 
 double get_number(const json& j, const char* key, const char* where) {
@@ -285,10 +291,17 @@ ModelConfig parse_model_config(const json& j) {
   c.qkv_bias = c.arch == Arch::kQwen2 || attention_bias;
   c.o_bias = c.arch != Arch::kQwen2 && attention_bias;
   c.qk_norm = c.arch == Arch::kQwen3;
-  const json* dt = nullptr;
-  if (auto it = j.find("dtype"); it != j.end() && it->is_string()) dt = &*it;
-  else if (auto it2 = j.find("torch_dtype"); it2 != j.end() && it2->is_string()) dt = &*it2;
-  c.dtype = dt != nullptr ? parse_dtype_name(dt->get<std::string>()) : DType::kF32;
+  c.dtype = DType::kF32;
+  for (const char* key : {"dtype", "torch_dtype"}) {  // transformers 5's name first
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) continue;
+    try {
+      c.dtype = parse_dtype_name(it->get<std::string>());
+    } catch (const Error& e) {
+      config_error(fmt::format("'{}': {}", key, e.what()));
+    }
+    break;
+  }
   if (j.contains("eos_token_id")) c.eos_token_ids = parse_token_ids(j["eos_token_id"], "eos_token_id");
   // Informational only (the tokenizer's post-processor adds the BOS): a value
   // that is not an id (some configs write -1) is left out, not refused.

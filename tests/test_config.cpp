@@ -122,6 +122,22 @@ TEST(Config, RefusesUnsupportedThingsByName) {
   j = llama_classic();
   j["eos_token_id"] = -1;
   refuse(j, {"eos_token_id", "-1"});
+  // Integers of 2^63 or more are kept unsigned by the JSON reader: refused,
+  // not wrapped to negative values (Qwen2's max_window_layers of 2^64 - 1
+  // read as -1 windowed every layer).
+  j = llama_classic();
+  j["intermediate_size"] = uint64_t{9223372036854775808ULL};
+  refuse(j, {"'intermediate_size' is too large", "9223372036854775808"});
+  j = llama_classic();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  j["model_type"] = "qwen2";
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 2;
+  j["max_window_layers"] = uint64_t{18446744073709551615ULL};
+  refuse(j, {"'max_window_layers' is too large"});
+  j = llama_classic();
+  j["torch_dtype"] = "float1";
+  refuse(j, {"config.json", "'torch_dtype'", "float1"});
 }
 
 // bos_token_id is informational (the tokenizer adds the BOS): a value that is
