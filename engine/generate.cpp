@@ -212,13 +212,17 @@ class GenerationRun {
     Step step;
     const bool prefill = std::any_of(active_.begin(), active_.end(), [&](size_t r) { return prefilling(r); });
     decoding_ = decoding_ || !prefill;
+    // Every decoding request first: a request admitted before them may be
+    // prefilling still (it waited for a prefix another slot was prefilling),
+    // and its prompt tokens must not take their room.
+    for (size_t r : active_) {
+      if (!decoding_ || prefilling(r)) continue;
+      step.batch.add(out_[r].tokens.back(), slot_[r],
+                     static_cast<int32_t>(requests_[r].prompt.size() + out_[r].tokens.size() - 1), true);
+      step.row_seq.push_back(r);
+    }
     for (size_t r : active_) {
       const std::vector<int32_t>& prompt = requests_[r].prompt;
-      if (decoding_ && !prefilling(r)) {
-        step.batch.add(out_[r].tokens.back(), slot_[r],
-                       static_cast<int32_t>(prompt.size() + out_[r].tokens.size() - 1), true);
-        step.row_seq.push_back(r);
-      }
       for (; prefilling(r) && pending_[r].positions == 0 && step.batch.size() < limits.max_step_tokens &&
              static_cast<int64_t>(step.row_seq.size()) < limits.max_logit_rows;
            ++fed_[r]) {

@@ -241,6 +241,28 @@ TEST_F(Cli, PromptsFileRunsEveryLineAsOneBatch) {
   EXPECT_EQ(nlohmann::json::parse(third)["ids"].size(), 2u);
 }
 
+// A step holds every decoding request's token before any prompt tokens: a
+// request that waited for a prefix copy and prefills the rest later sits
+// before decoding requests admitted after it, and its prompt tokens once
+// filled the step's limit ahead of their tokens ("batch of 257 tokens
+// exceeds the step limit of 256"). 64 lines sharing a prefix, sampled.
+TEST_F(Cli, PromptsFileStepsKeepTheTokenLimit) {
+  auto model = make_model("m");
+  const std::string file = (dir_ / "p.jsonl").string();
+  {
+    std::ofstream out(file);
+    for (int i = 0; i < 64; ++i)
+      out << nlohmann::json{{"prompt", "line " + std::to_string(i) + ": caf\u00e9 \u4e2d\u6587 ok"},
+                            {"temperature", 1.0}, {"seed", i}, {"max_new_tokens", 48}}.dump() << "\n";
+  }
+  const std::string common = "--ignore-eos --max-step-tokens 256 --prompts-file " + file;
+  const CommandResult batched = generate(model, common);
+  ASSERT_EQ(batched.exit_code, 0) << batched.err;
+  const CommandResult alone = generate(model, common + " --max-batch 1");
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_EQ(batched.out, alone.out);
+}
+
 // --prompts-file lines sharing a 19-token prefix prefill it once: each later
 // line copies it from a slot that holds it (or finds it in its own), with the
 // tokens of whole prefills, at any --max-batch and at TP=2.
