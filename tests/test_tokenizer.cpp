@@ -248,13 +248,13 @@ TEST(Tokenizer, StreamDecoderRepairsAsTheWholeText) {
 
 // Added tokens read through the byte-level alphabet as Hugging Face's
 // ByteLevel decoder reads them (checked against tokenizers by
-// tests/oracle/decode_repair_check.py): "Ġhi" is " hi"; "é" is the one byte
-// E9, which is not UTF-8 (U+FFFD when shown); "a b" has a character outside
-// the alphabet (the space), so it stays as written.
+// tests/oracle/decode_repair_check.py): "Ġhi" is " hi"; "éé" is the bytes
+// E9 E9, which are not UTF-8 (two U+FFFD when shown); "a b" has a character
+// outside the alphabet (the space), so it stays as written.
 TEST(Tokenizer, AddedTokensDecodeThroughTheByteLevelAlphabet) {
   nlohmann::json j = nlohmann::json::parse(read_file(data_dir() / "fixtures" / "gen300.json"));
   int32_t id = 300;
-  for (const char* content : {"\xC4\xA0hi", "\xC3\xA9", "a b"})
+  for (const char* content : {"\xC4\xA0hi", "\xC3\xA9\xC3\xA9", "a b"})
     j["added_tokens"].push_back({{"id", id++}, {"content", content}, {"single_word", false}, {"lstrip", false},
                                  {"rstrip", false}, {"normalized", false}, {"special", false}});
   const fs::path path = temp_path("added_byte_level.json");
@@ -262,13 +262,13 @@ TEST(Tokenizer, AddedTokensDecodeThroughTheByteLevelAlphabet) {
   Tokenizer tok = Tokenizer::load(path);
   fs::remove(path);
   EXPECT_EQ(tok.decode({300}), " hi");
-  EXPECT_EQ(tok.decode({301}), "\xE9");
+  EXPECT_EQ(tok.decode({301}), "\xE9\xE9");
   EXPECT_EQ(tok.decode({302}), "a b");
   EXPECT_EQ(tok.encode("x\xC4\xA0hi"), (std::vector<int32_t>{'x', 300}));  // matched as written
   StreamDecoder stream(tok);
   std::string shown = stream.push(301);
   shown += stream.flush();
-  EXPECT_EQ(shown, "\xEF\xBF\xBD");
+  EXPECT_EQ(shown, "\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 // Loads gen300.json after `edit`; expects a kModel error naming `needle`.

@@ -28,7 +28,10 @@ from transformers import AutoTokenizer
 
 
 def run(cmd):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr[-2000:]}")
+    return r.stdout
 
 
 def generate(lockstep, model, out, lines, vocab):
