@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/file.h"
+#include "common/json_sax.h"
 
 namespace lockstep {
 
@@ -250,6 +251,7 @@ std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
 
 json read_json_file(const std::filesystem::path& path) {
   const std::string text = read_whole_file(path, "file");
+  require_json_depth(text, ErrorKind::kModel, path.string());
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

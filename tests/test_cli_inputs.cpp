@@ -265,8 +265,10 @@ TEST_F(CliInputs, ConversationsAndTemplatesWithinBounds) {
   std::ofstream(model / "tokenizer_config.json") << R"({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"})";
   const std::string apply = "apply-chat-template --model " + model.string();
   const auto messages = dir_ / "m.json";
-  std::ofstream(messages) << "[{\"role\": \"user\", \"content\": " << std::string(5000, '[') << std::string(5000, ']') << "}]";
+  std::ofstream(messages) << "[{\"role\": \"user\", \"content\": " << std::string(400, '[') << std::string(400, ']') << "}]";
   expect_clean_failure(lockstep_run(apply + " --messages " + messages.string()), {"nest deeper than 256"});
+  std::ofstream(messages) << "[{\"role\": \"user\", \"content\": " << std::string(5000, '[') << std::string(5000, ']') << "}]";
+  expect_clean_failure(lockstep_run(apply + " --messages " + messages.string()), {"deeper than 512 levels"});
   std::ofstream(messages) << R"([{"role": "user", "content": 18446744073709551615}])";
   expect_clean_failure(lockstep_run(apply + " --messages " + messages.string()), {"18446744073709551615", "64-bit"});
   // Past 64 bits nlohmann reads a double: refused as well, from every source a template sees.
@@ -289,6 +291,41 @@ TEST_F(CliInputs, ConversationsAndTemplatesWithinBounds) {
   expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template " + runaway.string()), {"64 MiB"});
   std::ofstream(model / "tokenizer_config.json") << R"({"bos_token": 5, "chat_template": "{{ bos_token }}"})";
   expect_clean_failure(lockstep_run(apply + " --prompt hi"), {"tokenizer_config.json", "bos_token", "5"});
+}
+
+// JSON nested 100000 deep anywhere in a model folder's files: nlohmann copies
+// and prints values recursively, so quoting one in an error overflowed the
+// stack. Every file is held to 512 levels, by name.
+TEST_F(CliInputs, DeeplyNestedJsonIsRefusedByName) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const auto nest_in = [&](const std::filesystem::path& file) {
+    nlohmann::json j = nlohmann::json::parse(read_file(file));
+    j["deep"] = "@@";
+    std::string text = j.dump();
+    text.replace(text.find("\"@@\""), 4, deep);
+    std::ofstream(file) << text;
+  };
+  for (const char* name : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+    auto model = make_model(std::string("m_") + name);
+    if (!std::filesystem::exists(model / name)) std::ofstream(model / name) << "{}";
+    nest_in(model / name);
+    const std::string chat = std::string(name) == "tokenizer_config.json" ? "--chat " : "";
+    expect_clean_failure(generate(model, chat + "--prompt hi --max-new-tokens 1"), {name, "deeper than 512 levels"});
+  }
+  auto model = make_model("m_header");
+  const auto path = model / "model.safetensors";
+  const std::string bytes = read_file(path);
+  uint64_t size = 0;
+  std::memcpy(&size, bytes.data(), 8);
+  const std::string data = bytes.substr(8 + size);  // offsets count from here: unchanged
+  std::string header = bytes.substr(8, size);
+  header.insert(1, "\"deep\": " + deep + ", ");
+  header.append((8 - header.size() % 8) % 8, ' ');
+  size = header.size();
+  std::string length(8, '\0');
+  std::memcpy(length.data(), &size, 8);
+  std::ofstream(path, std::ios::binary) << length << header << data;
+  expect_clean_failure(generate(model, "--prompt-ids 1"), {"model.safetensors", "deeper than 512 levels"});
 }
 
 // --backend cuda where there is no GPU (CI, a laptop) names the problem; on a

@@ -26,6 +26,7 @@ std::string read_text(const std::filesystem::path& path, const char* what) { ret
 
 nlohmann::ordered_json read_json(const std::filesystem::path& path, const char* what) {
   const std::string text = read_text(path, what);
+  require_json_depth(text, ErrorKind::kModel, path.string());
   try {
     return nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -69,11 +70,11 @@ std::string template_of_config(const nlohmann::ordered_json& config, const std::
 
 // Nesting deeper than any conversation's (tool calls included) is refused
 // rather than followed into a stack overflow.
-constexpr int kMaxJsonDepth = 256;
+constexpr int kMaxValueDepth = 256;
 
 Value to_value(const nlohmann::ordered_json& j, int depth = 0) {
-  LS_REQUIRE(depth <= kMaxJsonDepth, ErrorKind::kInvalidArgument,
-             "chat messages or template variables nest deeper than {} levels", kMaxJsonDepth);
+  LS_REQUIRE(depth <= kMaxValueDepth, ErrorKind::kInvalidArgument,
+             "chat messages or template variables nest deeper than {} levels", kMaxValueDepth);
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value::from(j.get<bool>());
@@ -214,24 +215,31 @@ namespace {
 // 'e' or 'E') that nlohmann had to read as a double: one past 64 bits.
 class WideIntegerFinder : public JsonSaxPass<nlohmann::ordered_json> {
  public:
+  explicit WideIntegerFinder(const std::string& what) : what_(what) {}
   std::string found;
   bool number_float(number_float_t, const string_t& raw) override {
     if (found.empty() && raw.find_first_of(".eE") == std::string::npos) found = raw;
     return true;
   }
+  [[noreturn]] void too_deep() override {
+    LS_FAIL(ErrorKind::kInvalidArgument, "{} nests values deeper than {} levels", what_, kMaxJsonDepth);
+  }
+
+ private:
+  const std::string& what_;
 };
 
 }  // namespace
 
 nlohmann::ordered_json parse_template_json(const std::string& text, const std::string& what) {
+  WideIntegerFinder wide(what);
+  nlohmann::ordered_json::sax_parse(text, &wide);
   nlohmann::ordered_json j;
   try {
     j = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     LS_FAIL(ErrorKind::kInvalidArgument, "{} is not valid JSON: {}", what, e.what());
   }
-  WideIntegerFinder wide;
-  nlohmann::ordered_json::sax_parse(text, &wide);
   LS_REQUIRE(wide.found.empty(), ErrorKind::kInvalidArgument,
              "{}: the integer {} is outside the 64-bit range", what, wide.found);
   return j;

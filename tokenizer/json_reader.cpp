@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/json_sax.h"
 #include "common/file.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -158,6 +159,8 @@ class Handler : public nlohmann::json_sax<json> {
     return true;
   }
   bool open(json v) {
+    LS_REQUIRE(stack_.size() < kMaxJsonDepth, ErrorKind::kModel, "tokenizer.json nests values deeper than {} levels",
+               kMaxJsonDepth);
     std::string key = stack_.empty() || stack_.back()->is_array() ? std::string() : key_;
     json* s = slot();
     *s = std::move(v);

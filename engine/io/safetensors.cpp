@@ -37,12 +37,13 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // The writer asks its fill callback for at most this many elements at a time.
 constexpr int64_t kWriteChunkElements = int64_t{1} << 20;
 
-// A SAX pass over JSON text that fails on a syntax error or on an object that
-// repeats a key, keeping only the keys of the objects still open.
+// A SAX pass over JSON text that fails on a syntax error, on an object that
+// repeats a key (keeping only the keys of the objects still open) or on
+// nesting past kMaxJsonDepth.
 class DuplicateKeyCheck : public JsonSaxPass<json> {
  public:
   DuplicateKeyCheck(const std::string& file, const char* what) : file_(file), what_(what) {}
-  bool start_object(std::size_t) override {
+  bool on_start_object(std::size_t) override {
     open_.emplace_back();
     return true;
   }
@@ -50,9 +51,12 @@ class DuplicateKeyCheck : public JsonSaxPass<json> {
     LS_REQUIRE(open_.back().insert(key).second, ErrorKind::kModel, "{}: duplicate key '{}'", file_, key);
     return true;
   }
-  bool end_object() override {
+  bool on_end_object() override {
     open_.pop_back();
     return true;
+  }
+  [[noreturn]] void too_deep() override {
+    LS_FAIL(ErrorKind::kModel, "{}: {} nests values deeper than {} levels", file_, what_, kMaxJsonDepth);
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
     LS_FAIL(ErrorKind::kModel, "{}: {} is not valid JSON: {}", file_, what_, e.what());
