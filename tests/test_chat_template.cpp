@@ -174,6 +174,16 @@ TEST(ChatTemplate, NewFiltersFailWhereTheyCannotMatchJinja2) {
   expect_template_error("{{ '<' | e | trim('<') }}", "trim(chars) of an escaped (Markup) string");
   expect_template_error("{{ 'x' | center(100000) }}", "center: a width past 10000");
   expect_template_error("{% for x in [1] recursive %}{% endfor %}", "recursive loops are not supported");
+  // Python's integers have no bound; past 64 bits lockstep stops rather than
+  // wrapping (INT64_MIN // -1 trapped the process). Results that fit are in
+  // semantics.jinja, checked against jinja2.
+  for (const char* expr : {"9223372036854775807 + 1", "(-9223372036854775807 - 2)", "4294967296 * 4294967296",
+                           "-(-9223372036854775807 - 1)", "(-9223372036854775807 - 1) | abs", "2 ** 64", "3 ** 40",
+                           "(-9223372036854775807 - 1) // -1", "'1e30' | int", "'99999999999999999999' | int",
+                           "1e300 | int"})
+    expect_template_error(std::string("{{ ") + expr + " }}", "integer overflow");
+  expect_template_error("{{ [1, 2] | slice(9223372036854775807) }}", "slice: more than 1048576 slices");
+  expect_template_error("{{ (-9223372036854775807 - 1) | round(method='ceil') }}", "past 2**53");
 }
 
 // Templates that would run away fail with an error, not a crash, a hang or

@@ -127,9 +127,10 @@ std::map<std::string, Value> builtin_functions() {
     const int64_t start = n.size() == 1 ? 0 : n[0], stop = n.size() == 1 ? n[0] : n[1], step = n.size() == 3 ? n[2] : 1;
     if (step == 0) jinja::template_error("range step cannot be zero");
     jinja::List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       out.push_back(Value::from(i));  // jinja2's sandbox refuses ranges past MAX_RANGE as well
       if (out.size() > 100'000) jinja::template_error("range() of more than 100000 numbers");
+      if (__builtin_add_overflow(i, step, &i)) break;  // past stop
     }
     return Value::from(std::move(out));
   }));

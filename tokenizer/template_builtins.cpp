@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <optional>
 
@@ -493,16 +494,23 @@ std::optional<Value> conversion_filter(const std::string& name, const Value& inp
   if (name == "int") {
     if (input.kind == Kind::kInt) return input;
     if (input.kind == Kind::kBool) return Value::from(int64_t{input.boolean});
-    if (input.kind == Kind::kFloat) return Value::from(static_cast<int64_t>(input.number));
-    if (input.is_string()) {  // int(s), else int(float(s)), as Jinja tries them
+    // int(x), else int(float(x)), as Jinja tries them; a value past 64 bits
+    // (which Python would keep) stops the template.
+    if (input.kind == Kind::kFloat && !std::isnan(input.number)) return Value::from(float_to_int(input.number));
+    if (input.is_string()) {
       const std::string t = strip(input.string, Value::none(), true, true);
+      const char* first = t.data() + (t.starts_with('+') ? 1 : 0);
+      int64_t i = 0;
+      const auto [end, ec] = std::from_chars(first, t.data() + t.size(), i);
+      if (end == t.data() + t.size() && first != end) {
+        if (ec == std::errc::result_out_of_range) template_error(fmt::format("integer overflow: int('{}') is past 64 bits", t));
+        return Value::from(i);
+      }
       size_t used = 0;
       try {
-        const long long i = std::stoll(t, &used);
-        if (used == t.size()) return Value::from(static_cast<int64_t>(i));
         const double d = std::stod(t, &used);
-        if (used == t.size() && std::isfinite(d)) return Value::from(static_cast<int64_t>(d));
-      } catch (const std::exception&) {
+        if (used == t.size() && !std::isnan(d)) return Value::from(float_to_int(d));
+      } catch (const std::logic_error&) {  // no number, or out of double's range
       }
     }
     return arg_or(a, 0, "default", Value::from(int64_t{0}));
@@ -521,7 +529,7 @@ std::optional<Value> conversion_filter(const std::string& name, const Value& inp
     return arg_or(a, 0, "default", Value::from(0.0));
   }
   if (name == "abs") {
-    if (input.kind == Kind::kInt) return Value::from(input.integer < 0 ? -input.integer : input.integer);
+    if (input.kind == Kind::kInt) return Value::from(input.integer < 0 ? checked_neg(input.integer) : input.integer);
     return Value::from(std::fabs(input.as_double()));
   }
   return std::nullopt;
@@ -574,7 +582,7 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
     if (v.kind != Kind::kInt) template_error(fmt::format("test '{}' needs an integer", name));
     if (name == "divisibleby") {
       if (other.kind != Kind::kInt || other.integer == 0) template_error("divisibleby needs a non-zero integer");
-      return v.integer % other.integer == 0;
+      return floor_mod(v.integer, other.integer) == 0;
     }
     return (v.integer % 2 != 0) == (name == "odd");
   }

@@ -103,13 +103,11 @@ std::vector<int64_t> slice_indices(const Value& start, const Value& stop, const 
   const int64_t begin = clamp(start, st > 0 ? 0 : size - 1, "start");
   const int64_t end = clamp(stop, st > 0 ? size : -1, "stop");
   std::vector<int64_t> out;
-  for (int64_t i = begin; st > 0 ? i < end : i > end; i += st) out.push_back(i);
+  for (int64_t i = begin; st > 0 ? i < end : i > end;) {
+    out.push_back(i);
+    if (__builtin_add_overflow(i, st, &i)) break;  // past every index
+  }
   return out;
-}
-
-int64_t floor_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b, int line) {
@@ -119,18 +117,18 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b, int line
   const auto as_int = [](const Value& v) { return v.kind == Value::Kind::kBool ? int64_t{v.boolean} : v.integer; };
   if (a.is_number() && b.is_number()) {
     const double x = a.as_double(), y = b.as_double();
-    if (op == "+") return ints ? Value::from(as_int(a) + as_int(b)) : Value::from(x + y);
-    if (op == "-") return ints ? Value::from(as_int(a) - as_int(b)) : Value::from(x - y);
-    if (op == "*") return ints ? Value::from(as_int(a) * as_int(b)) : Value::from(x * y);
+    if (op == "+") return ints ? Value::from(checked_add(as_int(a), as_int(b))) : Value::from(x + y);
+    if (op == "-") return ints ? Value::from(checked_sub(as_int(a), as_int(b))) : Value::from(x - y);
+    if (op == "*") return ints ? Value::from(checked_mul(as_int(a), as_int(b))) : Value::from(x * y);
     if (op == "**") {
-      if (ints && as_int(b) >= 0) return Value::from(static_cast<int64_t>(std::llround(std::pow(x, y))));
+      if (ints && as_int(b) >= 0) return Value::from(checked_pow(as_int(a), as_int(b)));
       return Value::from(std::pow(x, y));
     }
     if (y == 0.0) template_error(fmt::format("division by zero (line {})", line));
     if (op == "/") return Value::from(x / y);
     if (op == "//") return ints ? Value::from(floor_div(as_int(a), as_int(b))) : Value::from(std::floor(x / y));
     if (op == "%") {
-      if (ints) return Value::from(as_int(a) - floor_div(as_int(a), as_int(b)) * as_int(b));
+      if (ints) return Value::from(floor_mod(as_int(a), as_int(b)));
       return Value::from(x - std::floor(x / y) * y);
     }
   }
@@ -548,8 +546,9 @@ Value Renderer::eval(const Expr& e, Scope& scope) {
       if (!v.is_number()) template_error(fmt::format("bad operand for unary {}: {} (line {})", e.name,
                                                      kind_name(v.kind), e.line));
       if (e.name == "+") return v;
-      return v.kind == Value::Kind::kFloat ? Value::from(-v.number)
-                                           : Value::from(-(v.kind == Value::Kind::kBool ? int64_t{v.boolean} : v.integer));
+      return v.kind == Value::Kind::kFloat
+                 ? Value::from(-v.number)
+                 : Value::from(checked_neg(v.kind == Value::Kind::kBool ? int64_t{v.boolean} : v.integer));
     }
     case Expr::Kind::kBinary: return binary(e, scope);
     case Expr::Kind::kAnd: {

@@ -239,6 +239,7 @@ Value slice_filter(const Value& input, const CallArgs& a) {
   if (a.get(0, "slices") == nullptr) template_error("slice needs a number of slices");
   const int64_t slices = integer_arg(a, 0, "slices", 0, "slice");
   if (slices == 0) template_error("slice: zero slices (division by zero)");
+  if (slices > static_cast<int64_t>(kMaxListItems)) template_error(fmt::format("slice: more than {} slices", kMaxListItems));
   const Value* fill = optional_arg(a, 1, "fill_with");
   const List items = as_list(input);
   const auto length = static_cast<int64_t>(items.size());
@@ -280,7 +281,7 @@ Value round_filter(const Value& input, const CallArgs& a) {
     return Value::from(python_round(input.number, precision));
   }
   if (precision > 22 || precision < -22) template_error("round: a precision past 22 digits is not supported");
-  if (input.kind == Kind::kInt && std::abs(input.integer) > (int64_t{1} << 53))
+  if (input.kind == Kind::kInt && (input.integer > (int64_t{1} << 53) || input.integer < -(int64_t{1} << 53)))
     template_error("round: an integer past 2**53 is not supported");
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double scaled = input.as_double() * scale;

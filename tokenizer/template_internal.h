@@ -95,6 +95,18 @@ inline constexpr size_t kMaxListItems = size_t{1} << 20;
 void check_value_bytes(size_t size);
 std::string one_line(const std::string& text);  // "\n" for a newline, "\x01" for other controls
 
+// Python's integers have no bound, ours 64 bits: a result past them stops
+// the template ("integer overflow: <what>") rather than wrapping around.
+int64_t checked_add(int64_t a, int64_t b);
+int64_t checked_sub(int64_t a, int64_t b);
+int64_t checked_mul(int64_t a, int64_t b);
+int64_t checked_pow(int64_t base, int64_t exponent);  // exponent >= 0, by squaring: exact
+int64_t checked_neg(int64_t a);
+int64_t floor_div(int64_t a, int64_t b);  // Python's //, b != 0
+int64_t floor_mod(int64_t a, int64_t b);  // Python's %, b != 0
+// int(x) of a float: truncated; past 64 bits (or infinite) stops the template.
+int64_t float_to_int(double x);
+
 // One level of nesting (an expression, a block, a macro call) for its
 // lifetime: past `limit` levels it fails with "<what> (<limit>)" instead of
 // letting the recursion run out of stack.

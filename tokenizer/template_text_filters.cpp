@@ -119,7 +119,7 @@ std::string convert(const Conversion& c, const Value& arg, bool escape) {
       if (arg.kind == Kind::kFloat && decimal) {
         if (!std::isfinite(arg.number) || std::fabs(arg.number) >= 9.2e18)
           template_error(fmt::format("format: %{} of {} is not supported", c.type, python_str(arg)));
-        return format_integer(c, static_cast<int64_t>(arg.number));
+        return format_integer(c, float_to_int(arg.number));
       }
       if (arg.kind != Kind::kInt && arg.kind != Kind::kBool)
         template_error(fmt::format("format: %{} needs a number, got {}", c.type, kind_name(arg.kind)));
@@ -188,7 +188,7 @@ Value truncate_filter(const Value& input, const CallArgs& a) {
   const auto end_size = static_cast<int64_t>(code_points(end.string).size());
   if (length < end_size) template_error(fmt::format("truncate: length {} is shorter than the end", length));
   if (leeway < 0) template_error("truncate: a negative leeway");
-  if (static_cast<int64_t>(text.size()) <= length + leeway) return input;
+  if (static_cast<int64_t>(text.size()) <= length || static_cast<int64_t>(text.size()) - length <= leeway) return input;
   std::u32string cut = text.substr(0, static_cast<size_t>(length - end_size));
   if (!arg_or(a, 1, "killwords", Value::from(false)).truthy()) {
     const size_t space = cut.rfind(U' ');

@@ -23,6 +23,62 @@ std::string one_line(const std::string& text) {
 
 void template_error(const std::string& what) { LS_FAIL(ErrorKind::kModel, "chat template: {}", one_line(what)); }
 
+namespace {
+[[noreturn]] void overflow(const std::string& what) { template_error("integer overflow: " + what + " is past 64 bits"); }
+}  // namespace
+
+int64_t checked_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) overflow(fmt::format("{} + {}", a, b));
+  return r;
+}
+
+int64_t checked_sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) overflow(fmt::format("{} - {}", a, b));
+  return r;
+}
+
+int64_t checked_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) overflow(fmt::format("{} * {}", a, b));
+  return r;
+}
+
+int64_t checked_pow(int64_t base, int64_t exponent) {
+  int64_t result = 1, factor = base;
+  for (int64_t e = exponent; e > 0; e >>= 1) {
+    int64_t next;
+    if ((e & 1) != 0 && __builtin_mul_overflow(result, factor, &result)) overflow(fmt::format("{} ** {}", base, exponent));
+    if (e > 1 && __builtin_mul_overflow(factor, factor, &next)) overflow(fmt::format("{} ** {}", base, exponent));
+    if (e > 1) factor = next;
+  }
+  return result;
+}
+
+int64_t checked_neg(int64_t a) {
+  if (a == INT64_MIN) overflow(fmt::format("-({})", a));
+  return -a;
+}
+
+int64_t floor_div(int64_t a, int64_t b) {
+  if (a == INT64_MIN && b == -1) overflow(fmt::format("{} // {}", a, b));
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;  // a % -1 traps for INT64_MIN in C++; it is 0 for every a
+  const int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+int64_t float_to_int(double x) {
+  // Doubles in [-2^63, 2^63) convert exactly after truncation.
+  if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) overflow(fmt::format("int({})", x));
+  return static_cast<int64_t>(x);
+}
+
 void check_value_bytes(size_t size) {
   if (size > kMaxValueBytes) template_error(fmt::format("a value of more than {} MiB", kMaxValueBytes >> 20));
 }
