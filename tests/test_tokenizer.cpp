@@ -300,6 +300,16 @@ TEST(Tokenizer, RefusesAFolderAndAnEmptyVocab) {
         j["added_tokens"] = nlohmann::json::array();
       },
       "model.vocab is empty");
+  // Ids index dense tables: one of 2^30 in a 300-id file asked for 32 GiB.
+  for (const bool added : {true, false})
+    expect_refused(
+        [&](nlohmann::json& j) {
+          if (added)
+            j["added_tokens"].push_back({{"id", int64_t{1} << 24}, {"content", "<far>"}, {"special", true}});
+          else
+            j["model"]["vocab"]["far"] = int64_t{1} << 24;
+        },
+        "has an invalid id (ids run from 0 to 16777215)");
 }
 
 // A Split regex that backtracks past PCRE2's match limit on some text fails

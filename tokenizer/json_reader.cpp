@@ -101,8 +101,8 @@ class Handler : public nlohmann::json_sax<json> {
 
   bool number(int64_t v) {
     if (mode_ == Mode::kVocab) {
-      LS_REQUIRE(v >= 0 && v < (1LL << 30), ErrorKind::kModel,
-                 "tokenizer.json: token '{}' has an invalid id", key_);
+      LS_REQUIRE(v >= 0 && v <= kMaxTokenId, ErrorKind::kModel,
+                 "tokenizer.json: token '{}' has an invalid id (ids run from 0 to {})", key_, kMaxTokenId);
       out_.vocab.set(key_, static_cast<int32_t>(v));
       return true;
     }

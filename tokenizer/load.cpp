@@ -215,8 +215,9 @@ void set_id(TokenizerImpl& impl, int32_t id, std::string bytes) {
 }
 
 int32_t checked_id(const json& v, const std::string& token) {
-  LS_REQUIRE(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (1LL << 30),
-             ErrorKind::kModel, "tokenizer.json: token '{}' has an invalid id", token);
+  LS_REQUIRE(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= tok_detail::kMaxTokenId,
+             ErrorKind::kModel, "tokenizer.json: token '{}' has an invalid id (ids run from 0 to {})", token,
+             tok_detail::kMaxTokenId);
   return static_cast<int32_t>(v.get<int64_t>());
 }
 

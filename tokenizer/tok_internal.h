@@ -15,6 +15,10 @@
 
 namespace lockstep::tok_detail {
 
+// Token ids are an index into dense tables: past this one a file is refused
+// (the largest vocabularies hold about 2^18 ids).
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
 // ---- UTF-8 and Unicode helpers (unicode.cpp) ------------------------------
 
 // Decodes the code point at s[i] (valid UTF-8 assumed); advances i.
