@@ -338,6 +338,7 @@ TEST_F(Cli, OutputPathsAreCheckedBeforeTheRun) {
 
 TEST_F(Cli, MissingModelFolder) {
   expect_clean_failure(generate(dir_ / "nope", "--prompt-ids 1"), {"model folder not found", "nope"});
+  expect_clean_failure(generate(dir_ / "nope", "--prompt hi"), {"model folder not found", "nope"});
 }
 
 TEST_F(Cli, MissingWeights) {

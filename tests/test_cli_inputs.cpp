@@ -291,6 +291,12 @@ TEST_F(CliInputs, ConversationsAndTemplatesWithinBounds) {
   expect_clean_failure(lockstep_run(apply + " --prompt hi --chat-template " + runaway.string()), {"64 MiB"});
   std::ofstream(model / "tokenizer_config.json") << R"({"bos_token": 5, "chat_template": "{{ bos_token }}"})";
   expect_clean_failure(lockstep_run(apply + " --prompt hi"), {"tokenizer_config.json", "bos_token", "5"});
+  std::ofstream(model / "tokenizer_config.json") << R"({"chat_template": [{"name": 5, "template": "x"}]})";
+  expect_clean_failure(lockstep_run(apply + " --prompt hi"), {"tokenizer_config.json", "chat_template entry 0"});
+  std::ofstream(model / "tokenizer_config.json") << R"({"chat_template": [{"name": "default", "template": 5}]})";
+  expect_clean_failure(lockstep_run(apply + " --prompt hi"), {"tokenizer_config.json", "chat_template entry 0"});
+  std::ofstream(model / "chat_template.jinja") << "\xff{{ messages[0].content }}";
+  expect_clean_failure(lockstep_run(apply + " --prompt hi"), {"chat_template.jinja", "not valid UTF-8"});
 }
 
 // JSON nested 100000 deep anywhere in a model folder's files: nlohmann copies

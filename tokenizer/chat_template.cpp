@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/file.h"
 #include "common/json_sax.h"
+#include "common/utf8.h"
 #include "tokenizer/template_internal.h"
 
 namespace lockstep {
@@ -23,6 +24,15 @@ struct ChatTemplate::Parsed {
 namespace {
 
 std::string read_text(const std::filesystem::path& path, const char* what) { return read_whole_file(path, what); }
+
+// A template file's text, which must be UTF-8 as Python reads it.
+std::string read_template_file(const std::filesystem::path& path) {
+  std::string text = read_text(path, "chat template");
+  const size_t bad = find_invalid_utf8(text);
+  LS_REQUIRE(bad == std::string::npos, ErrorKind::kModel, "chat template {} is not valid UTF-8 (byte offset {})",
+             path.string(), bad);
+  return text;
+}
 
 nlohmann::ordered_json read_json(const std::filesystem::path& path, const char* what) {
   const std::string text = read_text(path, what);
@@ -59,10 +69,14 @@ std::string template_of_config(const nlohmann::ordered_json& config, const std::
              path.string());
   if (it->is_string()) return it->get<std::string>();
   if (it->is_array()) {  // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
-    for (const auto& entry : *it)
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string())
-        return entry["template"].get<std::string>();
+    for (size_t i = 0; i < it->size(); ++i) {
+      const auto& entry = (*it)[i];
+      LS_REQUIRE(entry.is_object() && entry.contains("name") && entry["name"].is_string() &&
+                     entry.contains("template") && entry["template"].is_string(),
+                 ErrorKind::kModel, "{}: chat_template entry {} is not an object with a string \"name\" and \"template\"",
+                 path.string(), i);
+      if (entry["name"] == "default") return entry["template"].get<std::string>();
+    }
     LS_FAIL(ErrorKind::kModel, "{}: chat_template lists no template named \"default\"", path.string());
   }
   LS_FAIL(ErrorKind::kModel, "{}: chat_template must be a string or a list of named templates", path.string());
@@ -171,7 +185,7 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   if (std::filesystem::exists(config_path)) config = read_json(config_path, "tokenizer config");
   LS_REQUIRE(config.is_object(), ErrorKind::kModel, "{} is not a JSON object", config_path.string());
   if (std::filesystem::exists(jinja_path))
-    return from_source(read_text(jinja_path, "chat template"), special_tokens(config));
+    return from_source(read_template_file(jinja_path), special_tokens(config));
   LS_REQUIRE(std::filesystem::exists(config_path), ErrorKind::kModel,
              "{} has neither chat_template.jinja nor tokenizer_config.json: give a template with --chat-template",
              model_dir.string());
@@ -186,7 +200,7 @@ ChatTemplate ChatTemplate::load_file(const std::filesystem::path& template_file,
     const auto config = read_json(config_path, "tokenizer config");
     if (config.is_object()) special = special_tokens(config);
   }
-  return from_source(read_text(template_file, "chat template"), std::move(special));
+  return from_source(read_template_file(template_file), std::move(special));
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatRenderOptions& options) const {
