@@ -20,7 +20,7 @@ inline constexpr std::size_t kMaxJsonDepth = 512;
 
 // A base for SAX passes: every event is accepted, a syntax error stops the
 // pass (the parse that follows names it), and a container opened past
-// kMaxJsonDepth calls too_deep(). A check overrides only the events it looks
+// kMaxJsonDepth throws through too_deep(). A check overrides only the events it looks
 // at (nlohmann::json_sax declares all of them pure); containers through the
 // on_* hooks.
 template <typename BasicJson>
@@ -46,7 +46,7 @@ class JsonSaxPass : public nlohmann::json_sax<BasicJson> {
   virtual bool on_end_object() { return true; }
   virtual bool on_start_array(std::size_t) { return true; }
   virtual bool on_end_array() { return true; }
-  // A container opens past kMaxJsonDepth: throw, or return false to stop.
+  // A container opens past kMaxJsonDepth: throws the check's error.
   [[noreturn]] virtual void too_deep() = 0;
 
  private:
