@@ -360,7 +360,7 @@ TensorStore::TensorStore(const fs::path& model_dir) : model_dir_(model_dir) {
     open_shards(index);
     return;
   }
-  if (has_index)
+  if (has_index && process_identity().rank == 0)
     spdlog::warn("{} holds both model.safetensors and model.safetensors.index.json: reading model.safetensors, "
                  "as transformers does", model_dir.string());
   if (!fs::exists(single, ec)) {
