@@ -28,6 +28,13 @@ std::string read_all(Read read, std::string_view what, int64_t most) {
 
 }  // namespace
 
+void require_model_folder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  LS_REQUIRE(!std::filesystem::is_regular_file(dir, ec), ErrorKind::kIo,
+             "--model {} is a file: give the model's folder (config.json, *.safetensors)", dir.string());
+  LS_REQUIRE(std::filesystem::is_directory(dir, ec), ErrorKind::kIo, "model folder not found: {}", dir.string());
+}
+
 void require_readable_file(const std::filesystem::path& path, std::string_view what) {
   namespace fs = std::filesystem;
   std::error_code ec;

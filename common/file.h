@@ -19,6 +19,10 @@ inline constexpr int64_t kMaxStreamBytes = int64_t{1} << 30;
 // this process may read. Does not open it (a pipe is read once).
 void require_readable_file(const std::filesystem::path& path, std::string_view what);
 
+// Fails (ErrorKind::kIo) unless `dir` is a folder: a model folder given as
+// --model, named as a file or as missing.
+void require_model_folder(const std::filesystem::path& dir);
+
 // The file's bytes, after require_readable_file.
 std::string read_whole_file(const std::filesystem::path& path, std::string_view what);
 

@@ -389,10 +389,7 @@ std::string ModelConfig::summary() const {
 }
 
 ModelConfig load_model_config(const std::filesystem::path& model_dir) {
-  LS_REQUIRE(!std::filesystem::is_regular_file(model_dir), ErrorKind::kIo,
-             "--model {} is a file: give the model's folder (config.json, *.safetensors)", model_dir.string());
-  LS_REQUIRE(std::filesystem::is_directory(model_dir), ErrorKind::kIo, "model folder not found: {}",
-             model_dir.string());
+  require_model_folder(model_dir);
   auto config_path = model_dir / "config.json";
   LS_REQUIRE(std::filesystem::exists(config_path), ErrorKind::kIo, "missing {}", config_path.string());
   ModelConfig c = parse_model_config(read_json_file(config_path));

@@ -159,9 +159,7 @@ void stop_on_strings(GenerationRequest& request, StopStringStream& text) {
 }
 
 Tokenizer load_tokenizer(const std::filesystem::path& model_dir, const std::string& tokenizer_option) {
-  std::error_code ec;
-  LS_REQUIRE(!tokenizer_option.empty() || std::filesystem::is_directory(model_dir, ec), ErrorKind::kIo,
-             "model folder not found: {}", model_dir.string());
+  if (tokenizer_option.empty()) require_model_folder(model_dir);
   return Tokenizer::load(tokenizer_option.empty() ? model_dir / "tokenizer.json"
                                                   : std::filesystem::path(tokenizer_option));
 }

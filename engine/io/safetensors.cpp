@@ -349,9 +349,8 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
 // TensorStore
 
 TensorStore::TensorStore(const fs::path& model_dir) : model_dir_(model_dir) {
+  require_model_folder(model_dir);
   std::error_code ec;
-  LS_REQUIRE(fs::is_directory(model_dir, ec), ErrorKind::kIo, "model folder not found: {}",
-             model_dir.string());
   // As transformers' from_pretrained: model.safetensors first, else the index.
   const fs::path index = model_dir / "model.safetensors.index.json";
   const fs::path single = model_dir / "model.safetensors";
