@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -505,6 +507,79 @@ TEST(Tokenizer, PostProcessorTemplateAddsItsSpecialTokens) {
   if (fs::exists(llama2)) {
     EXPECT_EQ(Tokenizer::load(llama2).with_special_tokens({22557}), (std::vector<int32_t>{1, 22557}));
   }
+}
+
+// tokenizer_config.json's add_bos_token / add_eos_token do not change the
+// special tokens: transformers 5.17 takes them from tokenizer.json's
+// post-processor alone, whatever the flags or tokenizer_class say (352 cases
+// on four real tokenizers: tests/oracle/special_tokens_refs.py and the test
+// below). transformers 4's LlamaTokenizerFast and llama.cpp's converter read
+// the flags; lockstep follows the current oracle.
+TEST(Tokenizer, TokenizerConfigFlagsLeaveThePostProcessor) {
+  nlohmann::json j = nlohmann::json::parse(read_file(data_dir() / "fixtures" / "gen300.json"));
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens",
+       {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {298}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
+  const fs::path folder = temp_path("config_flags");
+  fs::create_directories(folder);
+  std::ofstream(folder / "tokenizer.json") << j.dump();
+  for (const nlohmann::json& flags :
+       {nlohmann::json{{"add_bos_token", false}}, nlohmann::json{{"add_eos_token", true}},
+        nlohmann::json{{"add_bos_token", false}, {"add_eos_token", true}}}) {
+    nlohmann::json config = {{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|end_of_text|>"}};
+    config.update(flags);
+    std::ofstream(folder / "tokenizer_config.json") << config.dump();
+    EXPECT_EQ(Tokenizer::load(folder).with_special_tokens({5, 6}), (std::vector<int32_t>{298, 5, 6})) << flags.dump();
+  }
+  fs::remove_all(folder);
+}
+
+// The ids transformers 5.17 gives a plain text (add_special_tokens=True) for
+// the real tokenizers with tokenizer.json's post-processor as it is, removed,
+// or a BOS template, each under eight settings of the two flags and two
+// tokenizer classes (tests/data/tokenizer/refs/special_tokens.json). The
+// rows of one tokenizer and post-processor all hold the same ids, and
+// lockstep reads no flag, so each pair is loaded once from tokenizer.json.
+TEST(Tokenizer, SpecialTokensMatchTransformers) {
+  const nlohmann::json refs = nlohmann::json::parse(read_file(data_dir() / "refs" / "special_tokens.json"));
+  std::map<std::pair<std::string, std::string>, std::vector<const nlohmann::json*>> groups;
+  for (const nlohmann::json& row : refs["rows"])
+    groups[{row["tokenizer"].get<std::string>(), row["post_processor"].get<std::string>()}].push_back(&row);
+  ASSERT_EQ(groups.size(), 11u);  // 4 tokenizers x 3 post-processors, less qwen3's BOS template (no BOS)
+  int checked = 0;
+  for (const auto& [key, rows] : groups) {
+    const auto& [name, post] = key;
+    const fs::path source = real_tokenizer_dir() / name / "tokenizer.json";
+    if (!fs::exists(source)) GTEST_SKIP() << source << " is absent: fetch it with scripts/fetch_tokenizers.sh";
+    nlohmann::json j = nlohmann::json::parse(read_file(source));
+    if (post == "none") j["post_processor"] = nullptr;
+    if (post == "bos_template") {  // as the script writes it
+      const nlohmann::json config = nlohmann::json::parse(read_file(source.parent_path() / "tokenizer_config.json"));
+      const nlohmann::json& bos_token = config.at("bos_token");
+      const std::string bos = bos_token.is_object() ? bos_token.at("content") : bos_token;
+      const std::optional<int32_t> bos_id = Tokenizer::load(source).token_id(bos);
+      ASSERT_TRUE(bos_id.has_value()) << name;
+      j["post_processor"] = {
+          {"type", "TemplateProcessing"},
+          {"single", {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+          {"special_tokens", {{bos, {{"id", bos}, {"ids", {*bos_id}}, {"tokens", {bos}}}}}}};
+    }
+    const fs::path path = temp_path("special_" + name + "_" + post + ".json");
+    std::ofstream(path) << j.dump();
+    const Tokenizer tok = Tokenizer::load(path);
+    fs::remove(path);
+    for (const nlohmann::json* row : rows) {
+      const std::string text = (*row)["text"].get<std::string>();
+      EXPECT_EQ(tok.with_special_tokens(tok.encode(text)), (*row)["transformers"].get<std::vector<int32_t>>())
+          << name << " " << post << " " << (*row)["config"].dump() << " " << text;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 352);
 }
 
 // The Digits pre-tokenizer before a GPT-2 style ByteLevel (SmolLM's
