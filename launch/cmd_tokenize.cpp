@@ -5,8 +5,10 @@
 //
 // tokenize adds no special tokens (special-token text inside F is matched) and
 // prints the ids space-separated on one line; detokenize writes the raw bytes
-// of the tokens, nothing added, so detokenize(tokenize(F)) is F (NFC-normalized
-// where the tokenizer normalizes).
+// of the tokens as Hugging Face's decode gives them (special tokens kept, the
+// decoder's leading space dropped), nothing added, so detokenize(tokenize(F))
+// is F (NFC-normalized where the tokenizer normalizes; where F starts with
+// spaces, less those a Metaspace decoder drops from the first token).
 #include <fmt/ranges.h>
 
 #include <algorithm>

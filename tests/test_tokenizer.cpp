@@ -465,6 +465,50 @@ TEST(Tokenizer, MetaspacePreTokenizerMatchesHuggingFace) {
   }
 }
 
+// The decoders' first-token rules against Hugging Face tokenizers 0.23.2
+// (tests/oracle/metaspace_decode_refs.py): the Metaspace decoder drops
+// every "▁" of the first token shown (prepend_scheme "first" / "always";
+// "never" keeps them), Llama 2's Strip one leading space of the text; both
+// read "▁" in an added token as a space. Special tokens are skipped first
+// (skip_special_tokens=True), as the generated text skips them.
+TEST(Tokenizer, FirstTokenDecodesAsHuggingFace) {
+  const fs::path path = real_tokenizer_dir() / "llama2" / "tokenizer.json";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is absent: fetch it with scripts/fetch_tokenizers.sh";
+  const nlohmann::json original = nlohmann::json::parse(read_file(path));
+  const nlohmann::json refs = nlohmann::json::parse(read_file(data_dir() / "refs" / "metaspace_decode.json"));
+  int checked = 0;
+  for (const auto& [name, rows] : refs["variants"].items()) {
+    nlohmann::json j = original;
+    j["added_tokens"].push_back({{"id", 32000}, {"content", "x\xE2\x96\x81y"}, {"single_word", false},
+                                 {"lstrip", false}, {"rstrip", false}, {"normalized", false}, {"special", false}});
+    if (name != "strip") {  // as the script rewrites it
+      const nlohmann::json metaspace = {
+          {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", name}, {"split", false}};
+      j["normalizer"] = nullptr;
+      j["pre_tokenizer"] = metaspace;
+      j["decoder"] = {{"type", "Sequence"}, {"decoders", {metaspace, {{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+    }
+    const fs::path rewritten = temp_path("first_token_" + name + ".json");
+    std::ofstream(rewritten) << j.dump();
+    const Tokenizer tok = Tokenizer::load(rewritten);
+    fs::remove(rewritten);
+    for (const nlohmann::json& row : rows) {
+      std::vector<int32_t> shown;
+      for (int32_t id : row[0].get<std::vector<int32_t>>())
+        if (!tok.is_special(id)) shown.push_back(id);
+      const std::string want = row[1].get<std::string>();
+      EXPECT_EQ(tok.decode(shown), want) << name << " " << row[0].dump();
+      StreamDecoder stream(tok);
+      std::string text;
+      for (int32_t id : shown) text += stream.push(id);
+      text += stream.flush();
+      EXPECT_EQ(text, want) << name << " streamed " << row[0].dump();
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4 * 414);
+}
+
 // The post-processor's special tokens for one text (HF's
 // add_special_tokens=True): TemplateProcessing's "single" template around
 // the ids; nothing for ByteLevel; other types refused by name.

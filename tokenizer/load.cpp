@@ -184,8 +184,7 @@ void check_pipeline(const Pipeline& p, TokenizerImpl& impl) {
       case Pipeline::Scheme::kNever: m.prepend = Prepend::kNever; break;
     }
   }
-  if (p.metaspace_decoder && *p.metaspace_decoder != Pipeline::Scheme::kNever)
-    m.strip_leading = std::max(m.strip_leading, 1);
+  m.first_token_drops_metaspace = p.metaspace_decoder && *p.metaspace_decoder != Pipeline::Scheme::kNever;
   impl.metaspace = m;
 }
 
@@ -240,6 +239,17 @@ std::optional<char> fallback_byte(std::string_view spelling) {
   return static_cast<char>(value);
 }
 
+// What the Metaspace decoder makes of `spelling` as the first token: every
+// "▁" dropped (noted only where that differs from its bytes).
+void note_first_token_bytes(TokenizerImpl& impl, int32_t id, std::string_view spelling) {
+  if (!impl.metaspace->first_token_drops_metaspace) return;
+  if (spelling.find(tok_detail::kMetaspace) == std::string::npos) {
+    impl.first_token_bytes.erase(id);  // an added token may take a vocab id
+  } else {
+    impl.first_token_bytes[id] = tok_detail::replace_all(spelling, tok_detail::kMetaspace, "");
+  }
+}
+
 // SentencePiece-style vocab: a token's bytes are its spelling with "▁" as a
 // space, or the byte of a <0xXX> token; its characters start BPE words.
 tok_detail::CharSymbols sentencepiece_vocab(const json& model, const tok_detail::FlatStringMap& vocab,
@@ -252,6 +262,7 @@ tok_detail::CharSymbols sentencepiece_vocab(const json& model, const tok_detail:
     const std::optional<char> byte = cs.byte_fallback ? fallback_byte(spelling) : std::nullopt;
     if (byte) cs.byte_tokens[static_cast<unsigned char>(*byte)] = id;
     set_id(impl, id, byte ? std::string(1, *byte) : tok_detail::replace_all(spelling, tok_detail::kMetaspace, " "));
+    if (!byte) note_first_token_bytes(impl, id, spelling);
     size_t end = 0;
     tok_detail::next_code_point(spelling, end);
     if (!spelling.empty() && end == spelling.size()) cs.chars.set(spelling, id);
@@ -312,11 +323,17 @@ void add_added_tokens(const json& list, TokenizerImpl& impl) {
     t.rstrip = flag(j, "rstrip", false);
     t.single_word = flag(j, "single_word", false);
     t.normalized = flag(j, "normalized", !t.special);
-    // Hugging Face's ByteLevel decoder reads an added token's text as it
-    // reads a vocab spelling: through the byte-level alphabet when every
-    // character is in it ("Ġhi" is " hi"), else as it is.
-    std::optional<std::string> bytes = impl.metaspace ? std::nullopt : tok_detail::byte_level_decode(t.content);
-    set_id(impl, t.id, bytes ? *bytes : t.content);
+    // Hugging Face's decoder reads an added token's text as it reads a vocab
+    // spelling: ByteLevel through the byte-level alphabet when every
+    // character is in it ("Ġhi" is " hi"), else as it is; the SentencePiece
+    // style with each "▁" as a space (or dropped, the first token).
+    if (impl.metaspace) {
+      set_id(impl, t.id, tok_detail::replace_all(t.content, tok_detail::kMetaspace, " "));
+      note_first_token_bytes(impl, t.id, t.content);
+    } else {
+      std::optional<std::string> bytes = tok_detail::byte_level_decode(t.content);
+      set_id(impl, t.id, bytes ? *bytes : t.content);
+    }
     impl.id_special[static_cast<size_t>(t.id)] = t.special;
     impl.spelling_to_id.set(t.content, t.id);
     if (t.content.empty()) continue;

@@ -109,9 +109,15 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
   return impl_->id_bytes[static_cast<size_t>(id)];
 }
 
+const std::string& Tokenizer::first_token_bytes(int32_t id) const {
+  const std::string& bytes = token_bytes(id);
+  auto it = impl_->first_token_bytes.find(id);
+  return it == impl_->first_token_bytes.end() ? bytes : it->second;
+}
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
-  for (int32_t id : ids) out += token_bytes(id);
+  for (size_t i = 0; i < ids.size(); ++i) out += i == 0 ? first_token_bytes(ids[i]) : token_bytes(ids[i]);
   return out.erase(0, tok_detail::leading_spaces(out, static_cast<size_t>(leading_spaces_stripped())));
 }
 
@@ -135,7 +141,8 @@ bool Tokenizer::is_special(int32_t id) const {
 
 std::string StreamDecoder::push(int32_t id) {
   if (!tokenizer_->has_token(id)) return {};
-  pending_ += tokenizer_->token_bytes(id);
+  pending_ += first_ ? tokenizer_->first_token_bytes(id) : tokenizer_->token_bytes(id);
+  first_ = false;
   if (strip_left_ > 0 && !pending_.empty()) {
     const size_t spaces = tok_detail::leading_spaces(pending_, static_cast<size_t>(strip_left_));
     pending_.erase(0, spaces);

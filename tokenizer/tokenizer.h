@@ -67,6 +67,11 @@ class Tokenizer {
   // How many leading spaces decode() drops from the start of a text.
   int leading_spaces_stripped() const;
 
+  // Raw bytes of `id` as the first token of a text: token_bytes(id), but
+  // with no space for any "▁" under the Metaspace decoder (prepend_scheme
+  // "always" or "first"), as Hugging Face decodes the first token.
+  const std::string& first_token_bytes(int32_t id) const;
+
   // True when `id` names a token of this tokenizer. A model's vocabulary
   // may be larger (Qwen2.5 pads its embedding to a multiple of 128); such
   // ids show no text, as Hugging Face's decode skips them.
@@ -113,6 +118,7 @@ class StreamDecoder {
   const Tokenizer* tokenizer_;
   Utf8Repair repair_;
   int strip_left_;  // leading spaces still to drop, as decode() does
+  bool first_ = true;  // no token decoded yet (first_token_bytes)
   std::string pending_;
 };
 

@@ -42,7 +42,10 @@ struct Metaspace {
   enum class Prepend { kNever, kAlways, kIfAbsent, kFirstIfAbsent };
   bool in_normalizer = true;  // else the pre-tokenizer
   Prepend prepend = Prepend::kNever;
-  int strip_leading = 0;  // leading spaces the decoder drops
+  int strip_leading = 0;  // leading spaces the decoder drops (Strip)
+  // The Metaspace decoder (prepend_scheme "always" or "first") drops every
+  // "▁" of the first token it decodes, where it writes a space for the rest.
+  bool first_token_drops_metaspace = false;
 };
 
 struct TokenizerImpl {
@@ -54,6 +57,9 @@ struct TokenizerImpl {
   AddedTokenMatcher raw_added;         // normalized == false: matched in the input
   AddedTokenMatcher normalized_added;  // normalized == true: matched after normalization
   std::vector<std::string> id_bytes;   // raw bytes of each id
+  // Bytes of an id as the first token decoded, where they differ from
+  // id_bytes (Metaspace::first_token_drops_metaspace).
+  std::unordered_map<int32_t, std::string> first_token_bytes;
   std::vector<bool> id_known;
   std::vector<bool> id_special;
   FlatStringMap spelling_to_id;  // as written in tokenizer.json
