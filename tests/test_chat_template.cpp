@@ -29,6 +29,7 @@ fs::path real_dir(const std::string& name) { return real_tokenizer_dir() / name;
 ChatRenderOptions variant_options(const std::string& variant) {
   ChatRenderOptions o;
   o.add_generation_prompt = variant != "nogen";
+  o.variables["date_string"] = "26 Jul 2024";  // fixed (Llama 3.1/3.2 templates write today's date)
   if (variant == "nothink") o.variables["enable_thinking"] = false;
   if (variant == "withtools")
     o.variables["tools"] = ordered_json::parse(R"([{"type": "function", "function": {

@@ -4,7 +4,8 @@ transformers' apply_chat_template sets it up: an ImmutableSandboxedEnvironment
 with trim_blocks, lstrip_blocks and loop controls, a tojson filter that is
 json.dumps(ensure_ascii=False), raise_exception and strftime_now, a
 `generation` tag that renders its body, and the variables messages,
-add_generation_prompt, tools=None, documents=None plus the special tokens.
+add_generation_prompt, tools=None, documents=None, date_string (fixed, so that
+Llama 3.1/3.2 templates do not write today's date) plus the special tokens.
 
 For each template T and conversation C it writes OUT/T/C.VARIANT.txt: the
 rendered text, or "ERROR: <message>" when the template raised.
@@ -26,6 +27,7 @@ from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 FIXTURE_TOKENS = {"bos_token": "<s>", "eos_token": "</s>"}
+DATE_STRING = "26 Jul 2024"
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather of a city",
@@ -102,7 +104,8 @@ def main():
         os.makedirs(out_dir, exist_ok=True)
         for cname, messages in conversations.items():
             for vname, (gen, extra) in VARIANTS.items():
-                variables = {"tools": None, "documents": None, **tokens, **extra}
+                # A fixed date_string: Llama 3.1/3.2 templates otherwise write today's date.
+                variables = {"tools": None, "documents": None, "date_string": DATE_STRING, **tokens, **extra}
                 try:
                     text = compiled.render(messages=messages, add_generation_prompt=gen, **variables)
                 except jinja2.exceptions.TemplateError as e:
