@@ -122,6 +122,12 @@ INSTANTIATE_TEST_SUITE_P(
                     TokenizerCase{"llama2", true, false, true, "unicode_sweep_bmp1"},
                     // GPT-2's own file: the ByteLevel pre-tokenizer's built-in split (use_regex).
                     TokenizerCase{"gpt2", true, false, true},
+                    // Llama 3.2, Qwen2.5, Mistral-Nemo (131k byte-level), Yi (SentencePiece style,
+                    // no "▁" put before the text), DeepSeek-V3 (its own split regexes).
+                    TokenizerCase{"llama3_2", true, false, true}, TokenizerCase{"qwen2_5", true, true, true},
+                    TokenizerCase{"mistral_nemo", true, false, true},
+                    TokenizerCase{"yi", true, false, true, "unicode_sweep_bmp1"},
+                    TokenizerCase{"deepseek_v3", true, false, true},
                     TokenizerCase{"gen300", false, false, true},
                     TokenizerCase{"gen4096", false, false, true},
                     // Its added tokens are matched after NFC but decode to their own text.
