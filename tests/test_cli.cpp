@@ -484,7 +484,7 @@ TEST_F(Cli, StepTokenLimitChunksPromptsWithoutChangingTheResult) {
                                      " --batch 1 --ctx 8 --prefill 16 --steps 6 --max-step-tokens 5"),
                             dir_ / "bench");
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
-  EXPECT_NE(bench.out.find("prefill 16 tokens (steps of up to 5)"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("prefill 16 tokens (steps of up to 5; 1 run)"), std::string::npos) << bench.out;
 }
 
 // The CPU backend keeps a checkpoint's product weights in its 16-bit type
@@ -593,10 +593,21 @@ TEST_F(Cli, BenchRunsAPresetWithoutACheckpoint) {
       static_cast<double>(c.num_layers) * c.hidden_size * (2.0 * q + 2.0 * kv + 3.0 * c.intermediate_size) +
       static_cast<double>(c.vocab_size) * c.hidden_size;
   const double cache = (8 + 6 / 2.0) * 2.0 * static_cast<double>(c.num_layers) * kv;
+  // One timed prefill on the CPU by default; --prefill-runs asks for more, and the median is reported.
+  EXPECT_EQ(report["prefill"]["runs_seconds"].size(), 1u);
   const nlohmann::json& d = report["decode"].at(0);
   EXPECT_NEAR(d["gb_per_s"].get<double>() * d["ms_per_step"].get<double>() * 1e6, 2.0 * weights + 4.0 * cache,
               1e-9 * (2.0 * weights + 4.0 * cache))
       << d.dump();
+  CommandResult three = run(lockstep(bench + " --preset tiny --prefill-runs 3"), dir_ / "three");
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_NE(three.out.find("prefill 16 tokens (steps of up to 256; median of 3 runs, "), std::string::npos)
+      << three.out;
+  const nlohmann::json prefill = nlohmann::json::parse(read_file(dir_ / "b.json"))["prefill"];
+  std::vector<double> runs = prefill["runs_seconds"].get<std::vector<double>>();
+  ASSERT_EQ(runs.size(), 3u);
+  std::sort(runs.begin(), runs.end());
+  EXPECT_EQ(prefill["seconds"].get<double>(), runs[1]);
   expect_clean_failure(run(lockstep(bench + " --preset huge"), dir_ / "unknown"), {"unknown preset 'huge'"});
   CommandResult both = run(lockstep(bench + " --preset tiny --model " + make_model("m").string()), dir_ / "both");
   EXPECT_NE(both.exit_code, 0) << both.err;

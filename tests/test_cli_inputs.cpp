@@ -92,6 +92,8 @@ TEST_F(CliInputs, BenchFlagsAreCheckedBeforeLoading) {
   expect_clean_failure(lockstep_run(bench + " --prefill -1 --steps 6 --ctx 8"), {"--prefill", "-1"});
   expect_clean_failure(lockstep_run(bench + " --prefill 8 --steps -6 --ctx 8"), {"--steps > 4", "-6"});
   expect_clean_failure(lockstep_run(bench + sizes + " --arch qwen3"), {"--arch", "--preset"});
+  expect_clean_failure(lockstep_run(bench + sizes + " --prefill-runs 0"), {"--prefill-runs", "from 1", "got 0"});
+  expect_clean_failure(lockstep_run(bench + sizes + " --prefill-runs 1001"), {"--prefill-runs", "got 1001"});
   expect_clean_failure(lockstep_run(bench + " --prefill 8 --steps 6 --ctx 600"),
                        {"--ctx + --steps", "606", "max_position_embeddings 512"});
 }
