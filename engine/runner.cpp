@@ -268,7 +268,7 @@ void Runner::o_proj(int64_t layer) {
 void Runner::normed_input(LinearParams& p, int64_t k, const Buffer& norm_weight) const {
   if (fold_norms_) {
     p.x = stream(k).data();
-    p.input_rms = InputRms{.eps = static_cast<float>(config_.rms_norm_eps)};
+    p.input_rms = InputRms{.eps = static_cast<float>(config_.rms_norm_eps), .normed = normed_.data()};
   } else {
     p.input_norm = input_norm(k, norm_weight);
   }

@@ -35,6 +35,11 @@ namespace lockstep {
 
 struct InputRms {
   float eps = 0.0f;  // the folded norm's epsilon, from the model's config
+  // [rows, in_features] of act_dtype, or null: scratch into which a backend
+  // may write the normed rows and run the plain product on them (the CUDA
+  // backend does for many rows, where the product is compute-bound and one
+  // norm pass costs less than the output stage's per-block row scale).
+  void* normed = nullptr;
 };
 
 struct LinearParams {
@@ -81,6 +86,8 @@ struct LinearParams {
       LS_OP_REQUIRE(input_rms->eps > 0.0f && !input_norm && x_row_stride() == in_features &&
                         (silu_mul || qk_norm_rope),
                     "linear", "input_rms needs eps > 0, contiguous x, no input norm and an output stage");
+      LS_OP_REQUIRE(input_rms->normed != x && input_rms->normed != y, "linear",
+                    "input_rms's normed scratch must not alias x or y");
     }
     if (residual != nullptr) {
       LS_OP_REQUIRE(residual != y && residual != x && !silu_mul && !qk_norm_rope, "linear",

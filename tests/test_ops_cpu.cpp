@@ -593,7 +593,7 @@ TEST(LinearStages, FoldedInputNormAndResidualMatchTheUnfoldedOps) {
 }
 
 // input_rms needs an output stage to read the scaled rows and rules out an
-// input norm; the residual may not alias x or y.
+// input norm; its scratch and the residual may not alias x or y.
 TEST(LinearStages, MiswiredFoldedNormAndResidualAreRefused) {
   std::vector<float> x(8, 1.0f), w(8 * 4, 0.5f), y(4), act(2), res(4, 1.0f), nw(8, 1.0f), normed(8);
   LinearParams p{.x = x.data(), .weight = w.data(), .y = y.data(), .rows = 1, .in_features = 8, .out_features = 4,
@@ -603,6 +603,8 @@ TEST(LinearStages, MiswiredFoldedNormAndResidualAreRefused) {
   expect_refused(p, [&](LinearParams& q) { q.silu_mul.reset(); });          // no stage reads the rows
   expect_refused(p, [&](LinearParams& q) { q.input_rms->eps = 0.0f; });     // no epsilon
   expect_refused(p, [&](LinearParams& q) { q.x_stride = 9; });              // rows not contiguous
+  expect_refused(p, [&](LinearParams& q) { q.input_rms->normed = q.y; });   // scratch on the output
+  expect_refused(p, [&](LinearParams& q) { q.input_rms->normed = x.data(); });  // or on the input
   expect_refused(p, [&](LinearParams& q) {                                  // and an input norm
     q.x = normed.data();
     q.input_norm = RmsNormParams{.x = x.data(), .weight = nw.data(), .out = normed.data(), .rows = 1, .cols = 8,

@@ -16,7 +16,9 @@
 // own kernel before the product; so does the scale of a folded input norm
 // (LinearParams::input_rms: a norm kernel with no weight, into scratch), and
 // the GEMV adds LinearParams::residual in its epilogue. Larger products with
-// input_rms leave the scale and the bias to the output stage's kernel.
+// input_rms leave the scale and the bias to the output stage's kernel, up to
+// kNormFirstRows rows; from there the rows are normed into the op's scratch
+// first, as for the GEMV.
 // Staging the normed input in every block of the GEMV grid was measured
 // slower than that kernel (H200, llama3-8b shapes: gate_up 69.7 us staged
 // against 62.0 us plain, lm_head 297.6 against 249.4; benchmarks/NOTES.md).
@@ -42,6 +44,12 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 // The GEMV's rows scaled for a folded input norm: 2 rows of 65536 float32.
 constexpr size_t kNormedBytes = 2 * 65536 * 4;
 constexpr int kGemvMaxRows = 2;
+// From this many rows, a folded input norm with scratch (InputRms::normed)
+// writes the normed rows first and runs the plain product and stage: at 2048
+// rows of llama3-8b the scaled stages (every block computing its row's scale)
+// took 166.6 us a layer, the two norms and plain stages 142.8 (H100,
+// benchmarks/RESULTS.md); decode batches (up to 64 rows) keep the scaled stages.
+constexpr int64_t kNormFirstRows = 128;
 constexpr int kGemvWarps = 8;
 
 // What the kernel does with its dot products.
@@ -459,6 +467,15 @@ void linear(const LinearParams& p, LinearContext& ctx, cudaStream_t stream) {
   LS_OP_REQUIRE(p.act_dtype == p.weight_dtype, "linear", "activations ({}) and weights ({}) must share a dtype",
                 dtype_name(p.act_dtype), dtype_name(p.weight_dtype));
   if (p.rows == 0) return;
+  if (p.input_rms && p.input_rms->normed != nullptr && p.rows >= kNormFirstRows) {
+    rms_norm(RmsNormParams{.x = p.x, .out = p.input_rms->normed, .rows = p.rows, .cols = p.in_features,
+                           .eps = p.input_rms->eps, .dtype = p.act_dtype},
+             stream);
+    LinearParams normed = p;
+    normed.x = p.input_rms->normed, normed.input_rms.reset();
+    linear(normed, ctx, stream);
+    return;
+  }
   if (p.input_norm) rms_norm(*p.input_norm, stream);
   const int64_t x_bytes = p.rows * p.in_features * static_cast<int64_t>(dtype_size(p.act_dtype));
   if (gemv_fits(p) && (!p.input_rms || x_bytes <= static_cast<int64_t>(ctx.normed_bytes()))) {

@@ -276,8 +276,9 @@ TEST_F(CudaOpTest, LinearStagesMatchCpu) {
 
 // The folded input norm (input_rms) with the SiLU·mul stage: the GEMV scales
 // its dot products (one or two rows), else the stage kernel scales cuBLASLt's
-// rows; and the residual add (o_proj, down) in the GEMV's epilogue or as
-// cuBLASLt's C. Against the CPU twin, whose float64 check is in test_ops_cpu.
+// rows, or from 128 rows the rows are normed into InputRms::normed first; and
+// the residual add (o_proj, down) in the GEMV's epilogue or as cuBLASLt's C.
+// Against the CPU twin, whose float64 check is in test_ops_cpu.
 TEST_F(CudaOpTest, LinearFoldedNormAndResidualMatchCpu) {
   std::mt19937 rng(11);
   cuda::LinearContext ctx;
@@ -289,19 +290,19 @@ TEST_F(CudaOpTest, LinearFoldedNormAndResidualMatchCpu) {
   const std::vector<Case> cases{{4096, 136, false}, {256, 40, true}, {120, 33, false}, {1024, 1000, true},
                                 {66048, 8, false}};
   for (DType dt : all_dtypes())
-    for (int64_t rows : {1, 2, 7, 19, 111})
+    for (int64_t rows : {1, 2, 7, 19, 111, 130})
       for (const Case& lc : cases) {
         const int64_t out = 2 * lc.inter_or_out;
         std::vector<float> x = random_values(rows * lc.in, dt, rng, 4.0f), w = random_values(out * lc.in, dt, rng, 0.05f);
         std::vector<float> b = random_values(out, dt, rng), y(rows * out), act(rows * lc.inter_or_out);
         std::vector<float> res = random_values(rows * out, dt, rng, 4.0f);
         DeviceArray d_x(x, dt), d_w(w, dt), d_b(b, dt), d_y(rows * out, dt), d_act(rows * lc.inter_or_out, dt),
-            d_res(res, dt);
+            d_res(res, dt), d_normed(rows * lc.in, dt);
         LinearParams p{.x = d_x.get(), .weight = d_w.get(), .bias = lc.bias ? d_b.get() : nullptr, .y = d_y.get(),
                        .rows = rows, .in_features = lc.in, .out_features = out, .act_dtype = dt, .weight_dtype = dt,
                        .silu_mul = SiluMulParams{.gate_up = d_y.get(), .out = d_act.get(), .rows = rows,
                                                  .inter = lc.inter_or_out, .dtype = dt},
-                       .input_rms = InputRms{.eps = 1e-5f}};
+                       .input_rms = InputRms{.eps = 1e-5f, .normed = d_normed.get()}};
         cuda::linear(p, ctx, stream_);
         sync();
         LinearParams c = p;
@@ -349,9 +350,10 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
   const RopeConfig yarn{.type = RopeType::kYarn, .theta = 1000000.0, .factor = 4.0,
                         .original_max_position = 32768, .attention_factor = 0.1 * std::log(4.0) + 1.0};
   for (DType dt : all_dtypes())
-    for (int64_t rows : {1, 2, 3, 7})
+    for (int64_t rows : {1, 2, 3, 7, 130})
       for (const RopeStageCase& rc : cases)
         for (const RopeConfig& rope : {llama3, yarn}) {
+        if (rows == 130 && !rc.folded) continue;  // 130 rows: the folded norm normed into scratch first
         const std::vector<float> inv_freq = rope_inv_freq(rope, rc.head_dim);
         const KvCacheShape cache{.num_slots = 4, .max_seq = 3000, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim};
         const int64_t out = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
@@ -363,13 +365,13 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         std::vector<float> v = random_cache_values(cache.num_slots * cache.slot_stride(), dt, rng);
         std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
         for (int64_t t = 0; t < rows; ++t)
-          slots[t] = static_cast<int32_t>(t % 4), pos[t] = static_cast<int32_t>(2999 - 411 * t);
+          slots[t] = static_cast<int32_t>(t % 4), pos[t] = static_cast<int32_t>(2999 - (rows > 7 ? 23 : 411) * t);
         // The input norm with the residual add (the QKV product of a layer after the first).
         std::vector<float> res = random_values(rows * rc.in, dt, rng, 4.0f), nw = random_values(rc.in, dt, rng);
         std::vector<float> res_out(res.size()), normed(x.size());
         DeviceArray d_x(x, dt), d_w(w, dt), d_b(b, dt), d_y(rows * out, dt), d_pos(pos), d_slots(slots),
             d_freq(inv_freq, DType::kF32), d_qn(qn, dt), d_kn(kn, dt), d_k(k, dt), d_v(v, dt), d_res(res, dt),
-            d_nw(nw, dt), d_res_out(rows * rc.in, dt), d_normed(rows * rc.in, dt);
+            d_nw(nw, dt), d_res_out(rows * rc.in, dt), d_normed(rows * rc.in, dt), d_scratch(rows * rc.in, dt);
         LinearParams p{.x = rc.input_norm ? d_normed.get() : d_x.get(), .weight = d_w.get(),
                        .bias = rc.bias ? d_b.get() : nullptr, .y = d_y.get(), .rows = rows, .in_features = rc.in,
                        .out_features = out, .act_dtype = dt, .weight_dtype = dt};
@@ -377,7 +379,7 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
           p.input_norm = RmsNormParams{.x = d_x.get(), .residual = d_res.get(), .residual_out = d_res_out.get(),
                                        .weight = d_nw.get(), .out = d_normed.get(), .rows = rows, .cols = rc.in,
                                        .eps = 1e-5f, .dtype = dt};
-        if (rc.folded) p.input_rms = InputRms{.eps = 1e-5f};
+        if (rc.folded) p.input_rms = InputRms{.eps = 1e-5f, .normed = d_scratch.get()};
         p.qk_norm_rope = QkNormRopeParams{
             .qkv = d_y.get(), .positions = d_pos.ints(), .inv_freq = static_cast<float*>(d_freq.get()),
             .q_norm_weight = rc.qk_norm ? d_qn.get() : nullptr, .k_norm_weight = rc.qk_norm ? d_kn.get() : nullptr,
