@@ -1,5 +1,6 @@
 // generate and score: the subcommands that run a model.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -397,6 +398,40 @@ void require_same_requests_on_all_ranks(std::string_view command, const std::vec
   verify_same_on_all_ranks(*world().comm, h, "the command and its requests' checksum (prompt ids and settings)");
 }
 
+// The speed of a generation, logged after it as llama.cpp and vLLM report
+// theirs: the time to the first token (the prompt's prefill and the first
+// sample) and the rate of the tokens after it.
+class GenerationClock {
+ public:
+  void token() {
+    if (!first_) first_ = Clock::now();
+  }
+  // One request: "first token after X ms (P prompt tok/s); N more in Y ms (R tok/s)".
+  std::string summary(int64_t prompt_tokens, int64_t generated) const {
+    if (!first_) return "no token generated";
+    const double first = seconds(start_, *first_), rest = seconds(*first_, Clock::now());
+    std::string s = fmt::format("first token after {:.1f} ms ({:.1f} prompt tok/s)", 1e3 * first,
+                                static_cast<double>(prompt_tokens) / first);
+    if (generated > 1 && rest > 0)
+      s += fmt::format("; {} more in {:.1f} ms ({:.1f} tok/s)", generated - 1, 1e3 * rest,
+                       static_cast<double>(generated - 1) / rest);
+    return s;
+  }
+  // Many requests (their prefills interleaved with decoding): "in X ms (R tok/s), the first after Y ms".
+  std::string throughput(int64_t generated) const {
+    if (!first_) return "no token generated";
+    const double all = seconds(start_, Clock::now());
+    return fmt::format("in {:.1f} ms ({:.1f} tok/s over all requests), the first after {:.1f} ms", 1e3 * all,
+                       static_cast<double>(generated) / all, 1e3 * seconds(start_, *first_));
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+  Clock::time_point start_ = Clock::now();
+  std::optional<Clock::time_point> first_;
+};
+
 // Runs the requests of --prompts-file with --max-batch sequences at once
 // (default: all of them, up to 32; a request takes a slot as one frees up),
 // printing one JSON line per request in the file's order, each as soon as it
@@ -427,7 +462,10 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   std::vector<std::optional<nlohmann::ordered_json>> lines(requests.size());
   size_t printed = 0;
   generator.set_prefix_reuse(!text.no_prefix_reuse);
-  generator.generate(requests, false, nullptr, [&](size_t r, const GenerationOutput& out) {
+  GenerationClock clock;
+  int64_t generated = 0;
+  auto on_token = [&](size_t, int32_t) { clock.token(), ++generated; };
+  generator.generate(requests, false, on_token, [&](size_t r, const GenerationOutput& out) {
     nlohmann::ordered_json& line = lines[r].emplace(nlohmann::ordered_json{{"index", r}, {"ids", out.tokens}});
     if (tokenizer) {
       texts[r].take_rest();
@@ -446,6 +484,7 @@ int run_generate_batch(ModelRunConfig& c, const GenerationRequest& base, const S
   }
   spdlog::info("{} requests: {} prompt tokens, {} of them found in the KV cache (a prefix another request prefilled)",
                requests.size(), prompt_tokens, reused);
+  spdlog::info("{} tokens generated {}", generated, clock.throughput(generated));
   return 0;
 }
 
@@ -472,7 +511,9 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
   // not shown, as vLLM and transformers' skip_special_tokens do.
   std::optional<StopStringStream> stream;
   if (tokenizer) stop_on_strings(request, stream.emplace(*tokenizer, stop.strings));
+  GenerationClock clock;
   auto on_token = [&](size_t, int32_t) {
+    clock.token();
     if (stream && world().rank == 0) {
       std::cout << stream->take_ready() << std::flush;
       require_stdout_written();
@@ -486,6 +527,8 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
       write_npy_f32(c.dump_logits, {static_cast<int64_t>(out[0].tokens.size()), engine.config().vocab_size},
                     out[0].logits.data());
   }
+  spdlog::info("prompt {} tokens, {} generated: {}", request.prompt.size(), out[0].tokens.size(),
+               clock.summary(static_cast<int64_t>(request.prompt.size()), static_cast<int64_t>(out[0].tokens.size())));
   return 0;
 }
 

@@ -165,6 +165,11 @@ TEST_F(Cli, GenerationStopsAtTheEosId) {
   CommandResult synced = generate(model, "--prompt-ids 1,2,3 --max-new-tokens 8 --sync-steps --stop-ids " + ids[3]);
   ASSERT_EQ(synced.exit_code, 0) << synced.err;
   EXPECT_EQ(synced.out, stopped.out);
+  // The speed line after the run counts the prompt and the tokens as printed.
+  EXPECT_NE(free_run.err.find("prompt 3 tokens, 8 generated: first token after "), std::string::npos) << free_run.err;
+  EXPECT_NE(free_run.err.find("prompt tok/s); 7 more in "), std::string::npos) << free_run.err;
+  const std::string stopped_line = "prompt 3 tokens, " + std::to_string(first + 1) + " generated: ";
+  EXPECT_NE(stopped.err.find(stopped_line), std::string::npos) << stopped.err;
 }
 
 TEST_F(Cli, PromptSourcesAreExclusive) {
@@ -214,6 +219,7 @@ TEST_F(Cli, PromptsFileRunsEveryLineAsOneBatch) {
     EXPECT_EQ(lines[i]["ids"].size(), 5u);
     EXPECT_FALSE(lines[i]["stopped"].get<bool>());
   }
+  EXPECT_NE(all.err.find("20 tokens generated in "), std::string::npos) << all.err;  // 4 lines x 5 tokens
   EXPECT_EQ(generate(model, common + "--max-batch 3 --prompts-file " + file).out, all.out);
   const CommandResult tp2 = run(mpirun(2) + lockstep("generate --backend cpu --model " + model.string() + " " +
                                                        common + "--prompts-file " + file),
