@@ -18,7 +18,8 @@
 //     y[r, :] = (x[r, :]·Wᵀ) / sqrt(mean(x[r, :]²) + eps) + bias, which is
 //     the product of the normed rows without a norm kernel. The output stage
 //     (silu_mul or qk_norm_rope, one is required) reads the scaled rows; a
-//     backend may scale inside that stage.
+//     backend may scale inside that stage, or norm the rows into
+//     InputRms::normed first where that is cheaper.
 //   residual: y = x·Wᵀ + bias + residual (the residual add that follows
 //     o_proj and down, folded into the product).
 #pragma once
