@@ -2,6 +2,7 @@
 """Where a graphed decode step's time goes, kernel by kernel, as it ran.
 
     tools/step_timeline.py [--steps N] TRACE.csv
+    tools/step_timeline.py --prefill TRACE.csv
 
 TRACE.csv: benchmarks/kernel_timeline.cpp's output for a run that replays a
 decode graph (e.g. `lockstep bench --batch 32`). The kernels of one graph
@@ -12,6 +13,14 @@ the previous kernel ended (negative: it started before, i.e. programmatic
 launch overlap). Kernels of the layers are folded by their position in the
 layer (the period between decode attention kernels) and summed over layers;
 the kernels before the first layer and after the last are listed alone.
+
+--prefill: the eager steps instead (no graph; a step starts at the embedding
+kernel), those with the most kernel time (at least half the largest's), the
+first of them dropped as a warm-up (e.g. `lockstep bench --batch 1 --ctx 16
+--steps 8 --prefill-runs 3 --no-pdl`; with PDL a kernel's duration includes
+its wait for the one before). Each position in the layer: the median
+duration and gap over the layers between the first and the last, and over
+the steps.
 """
 import csv
 import shutil
@@ -68,8 +77,60 @@ def fold_layers(labels, durations, gaps):
     return rows + [(labels[i], 1, durations[i], gaps[i]) for i in range(end, size)]
 
 
+def eager_steps(path):
+    """The eager kernels of the trace, cut into steps at each embedding kernel."""
+    rows = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["graph_id"] == "0":
+                rows.append((int(row["start_ns"]), int(row["end_ns"]), row["name"]))
+    rows.sort()
+    names = demangle(sorted({r[2] for r in rows}))
+    steps, current = [], []
+    for start, end, name in rows:
+        label = short(names[name])
+        if "embedding" in label and current:
+            steps.append(current)
+            current = []
+        current.append((start, end, label))
+    return steps + [current] if current else steps
+
+
+def prefill_main(path):
+    steps = eager_steps(path)
+    busy = [sum(e - s for s, e, _ in st) for st in steps]
+    if not steps:
+        sys.exit("no eager kernels in the trace")
+    chosen = [st for st, b in zip(steps, busy) if b >= max(busy) / 2][1:]
+    if not chosen:
+        sys.exit("one large eager step only (the warm-up): time more prefill runs")
+    print(f"{len(chosen)} prefill steps; first start to last end (ms): " +
+          " ".join(f"{(st[-1][1] - st[0][0]) / 1e6:.2f}" for st in chosen))
+    per = defaultdict(list)
+    for st in chosen:
+        marks = [i for i, (_, _, n) in enumerate(st) if "attention" in n and "merge" not in n]
+        if len(marks) < 3:
+            sys.exit("fewer than three attention kernels a step: no layers to fold")
+        period = marks[1] - marks[0]
+        for m in marks[1:-1]:
+            for j in range(period):
+                start, end, label = st[m + j]
+                per[j].append((label, (end - start) / 1e3, (start - st[m + j - 1][1]) / 1e3))
+    total = 0.0
+    print(f"{'kernel':66s} {'us each':>8s} {'gap each':>8s}")
+    for j in sorted(per):
+        d = statistics.median(x[1] for x in per[j])
+        gap = statistics.median(x[2] for x in per[j])
+        total += d + max(gap, 0.0)
+        print(f"{per[j][0][0]:66s} {d:8.1f} {gap:8.1f}")
+    print(f"a layer, positive gaps included: {total:.1f} us")
+
+
 def main():
     args = sys.argv[1:]
+    if args[:1] == ["--prefill"]:
+        prefill_main(args[1])
+        return
     steps = 20
     if args[:1] == ["--steps"]:
         steps, args = int(args[1]), args[2:]
