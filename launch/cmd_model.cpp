@@ -520,6 +520,8 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
     }
   };
   std::vector<GenerationOutput> out = generator.generate({request}, keep_logits, on_token);
+  const std::string speed =  // before the output is written (a --dump-logits file may take long)
+      clock.summary(static_cast<int64_t>(request.prompt.size()), static_cast<int64_t>(out[0].tokens.size()));
   if (world().rank == 0) {
     if (stream) std::cout << stream->take_rest() << std::endl;
     else std::cout << fmt::format("{}", fmt::join(out[0].tokens, " ")) << std::endl;
@@ -527,8 +529,7 @@ int run_generate(ModelRunConfig& c, GenerationRequest& request, const StopOption
       write_npy_f32(c.dump_logits, {static_cast<int64_t>(out[0].tokens.size()), engine.config().vocab_size},
                     out[0].logits.data());
   }
-  spdlog::info("prompt {} tokens, {} generated: {}", request.prompt.size(), out[0].tokens.size(),
-               clock.summary(static_cast<int64_t>(request.prompt.size()), static_cast<int64_t>(out[0].tokens.size())));
+  spdlog::info("prompt {} tokens, {} generated: {}", request.prompt.size(), out[0].tokens.size(), speed);
   return 0;
 }
 
