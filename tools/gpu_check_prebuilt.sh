@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs tools/gpu_check.sh on the GPU machine with the CUDA binaries built on
 # the development machine (Debian 12, nvcc for sm_90a into build-cuda/),
-# which saves the ~55 s build of a device call. Carry .deps/debs, .deps/lib
-# (libspdlog.so.1.10 from the development machine) and build-cuda/lockstep,
+# which saves the ~55 s build of a device call. Carry .deps/debs (if any),
+# .deps/lib (tools/pack_device_libs.sh fills it) and build-cuda/lockstep,
 # lockstep_tests, allreduce_bench. The tests' compiled-in paths name
 # /work/main, so that is linked to this tree. If the binaries do not run
 # here, gpu_check builds as usual.
