@@ -20,10 +20,13 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "common/error.h"
 #include "engine/generate.h"
 #include "launch/commands.h"
+#include "launch/generation_clock.h"
 #include "launch/world.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -147,6 +150,35 @@ std::optional<std::string> next_user_line(Communicator& comm) {
   return line;
 }
 
+// The session's speed, logged at its end as llama.cpp's chat prints its
+// timings at exit: the prompt tokens each turn prefilled and the time to its
+// first token, then the tokens after the first and the time they took (the
+// time spent waiting for input left out).
+class ChatSpeed {
+ public:
+  void add_turn(int64_t prefilled, int64_t reused, int64_t generated, const GenerationClock& clock) {
+    ++turns_, prefilled_ += prefilled, reused_ += reused;
+    const std::optional<double> first = clock.seconds_to_first();
+    if (!first) return;
+    to_first_ += *first, later_tokens_ += generated - 1, after_first_ += clock.seconds_after_first();
+  }
+  std::string summary() const {
+    std::string s = fmt::format("{} turns: {} prompt tokens prefilled ({} more found in the KV cache), the first "
+                                "tokens after {:.1f} ms in all",
+                                turns_, prefilled_, reused_, 1e3 * to_first_);
+    if (to_first_ > 0) s += fmt::format(" ({:.1f} prompt tok/s)", static_cast<double>(prefilled_) / to_first_);
+    if (after_first_ > 0)
+      s += fmt::format("; {} more tokens in {:.1f} ms ({:.1f} tok/s)", later_tokens_, 1e3 * after_first_,
+                       static_cast<double>(later_tokens_) / after_first_);
+    return s;
+  }
+  bool empty() const { return turns_ == 0; }
+
+ private:
+  int64_t turns_ = 0, prefilled_ = 0, reused_ = 0, later_tokens_ = 0;
+  double to_first_ = 0.0, after_first_ = 0.0;
+};
+
 int run_chat(ChatSession& s) {
   s.model.engine.diag = Diagnostics::parse(s.model.diag);
   s.model.engine.collective_timeout_s = world().collective_timeout_s;
@@ -168,6 +200,7 @@ int run_chat(ChatSession& s) {
   const int64_t context = engine.group().runner().limits().max_seq;
   nlohmann::ordered_json messages = start;
   int64_t refused = 0;  // turns that did not fit: the exit status says so when input is piped
+  ChatSpeed speed;
   for (int64_t turn = 0;; ++turn) {
     std::optional<std::string> line = next_user_line(*world().comm);
     if (!line) break;
@@ -196,14 +229,18 @@ int run_chat(ChatSession& s) {
     // tokens match the ones generated.
     StopStringStream reply(tokenizer, s.stop.strings);
     stop_on_strings(r, reply);
+    GenerationClock clock;
+    int64_t generated = 0;
     generator.generate({r}, false, [&](size_t, int32_t) {
+      clock.token(), ++generated;
       if (world().rank == 0) {
         std::cout << reply.take_ready() << std::flush;
         require_stdout_written();
       }
     });
-    spdlog::debug("turn {}: {} prompt tokens, {} of them from the KV cache", turn + 1, r.prompt.size(),
-                  generator.reused_prompt_tokens()[0]);
+    const int64_t reused = generator.reused_prompt_tokens()[0];
+    spdlog::debug("turn {}: {} prompt tokens, {} of them from the KV cache", turn + 1, r.prompt.size(), reused);
+    speed.add_turn(static_cast<int64_t>(r.prompt.size()) - reused, reused, generated, clock);
     const std::string tail = reply.take_rest();
     if (world().rank == 0) {
       std::cout << tail << std::endl;
@@ -211,6 +248,7 @@ int run_chat(ChatSession& s) {
     }
     messages.push_back({{"role", "assistant"}, {"content", reply.text()}});
   }
+  if (!speed.empty()) spdlog::info("{}", speed.summary());
   return refused == 0 ? 0 : 1;
 }
 

@@ -1,6 +1,5 @@
 // generate and score: the subcommands that run a model.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +20,7 @@
 #include "engine/generate.h"
 #include "engine/io/npy.h"
 #include "launch/commands.h"
+#include "launch/generation_clock.h"
 #include "launch/world.h"
 #include "tokenizer/tokenizer.h"
 
@@ -397,40 +397,6 @@ void require_same_requests_on_all_ranks(std::string_view command, const std::vec
   world().comm->barrier();
   verify_same_on_all_ranks(*world().comm, h, "the command and its requests' checksum (prompt ids and settings)");
 }
-
-// The speed of a generation, logged after it as llama.cpp and vLLM report
-// theirs: the time to the first token (the prompt's prefill and the first
-// sample) and the rate of the tokens after it.
-class GenerationClock {
- public:
-  void token() {
-    if (!first_) first_ = Clock::now();
-  }
-  // One request: "first token after X ms (P prompt tok/s); N more in Y ms (R tok/s)".
-  std::string summary(int64_t prompt_tokens, int64_t generated) const {
-    if (!first_) return "no token generated";
-    const double first = seconds(start_, *first_), rest = seconds(*first_, Clock::now());
-    std::string s = fmt::format("first token after {:.1f} ms ({:.1f} prompt tok/s)", 1e3 * first,
-                                static_cast<double>(prompt_tokens) / first);
-    if (generated > 1 && rest > 0)
-      s += fmt::format("; {} more in {:.1f} ms ({:.1f} tok/s)", generated - 1, 1e3 * rest,
-                       static_cast<double>(generated - 1) / rest);
-    return s;
-  }
-  // Many requests (their prefills interleaved with decoding): "in X ms (R tok/s), the first after Y ms".
-  std::string throughput(int64_t generated) const {
-    if (!first_) return "no token generated";
-    const double all = seconds(start_, Clock::now());
-    return fmt::format("in {:.1f} ms ({:.1f} tok/s over all requests), the first after {:.1f} ms", 1e3 * all,
-                       static_cast<double>(generated) / all, 1e3 * seconds(start_, *first_));
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-  Clock::time_point start_ = Clock::now();
-  std::optional<Clock::time_point> first_;
-};
 
 // Runs the requests of --prompts-file with --max-batch sequences at once
 // (default: all of them, up to 32; a request takes a slot as one frees up),

@@ -328,6 +328,20 @@ TEST_F(ChatCli, ChatKeepsTheConversationAcrossTurns) {
   const auto [prompt_2, reused_2] = reused_on_turn_2("");
   EXPECT_GT(reused_2, 0);
   EXPECT_LT(reused_2, prompt_2);
+  // At the end, the session's speed: the tokens prefilled (all but those reused) and generated.
+  {
+    std::string info = "chat " + common;
+    info.replace(info.find("--log-level error"), 17, "--log-level info");
+    const CommandResult r = run(lockstep(info) + input, dir_ / "info");
+    EXPECT_EQ(r.out, chat.out);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        r.err, m, std::regex("2 turns: ([0-9]+) prompt tokens prefilled \\(([0-9]+) more found in the KV cache\\), "
+                             "the first tokens after [0-9.]+ ms in all \\([0-9.]+ prompt tok/s\\)")))
+        << r.err;
+    EXPECT_EQ(std::stoi(m[2]), reused_2);
+    EXPECT_GT(std::stoi(m[1]), prompt_2 - reused_2);  // both turns' prefills
+  }
   EXPECT_EQ(reused_on_turn_2(" --no-prefix-reuse").second, 0);
   // Rank 0 waits 3 s for the second line, past a 1 s collective timeout: the other rank waits too.
   std::string slow_input = "sh -c '(echo Hi; sleep 3; echo \"How are you?\") | ";
