@@ -24,6 +24,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/utf8.h"
 #include "engine/generate.h"
 #include "launch/commands.h"
 #include "launch/generation_clock.h"
@@ -199,13 +200,19 @@ int run_chat(ChatSession& s) {
   generator.set_prefix_reuse(!s.no_prefix_reuse);
   const int64_t context = engine.group().runner().limits().max_seq;
   nlohmann::ordered_json messages = start;
-  int64_t refused = 0;  // turns that did not fit: the exit status says so when input is piped
+  int64_t refused = 0;  // turns that did not fit or were not UTF-8: the exit status says so when input is piped
   ChatSpeed speed;
   for (int64_t turn = 0;; ++turn) {
     std::optional<std::string> line = next_user_line(*world().comm);
     if (!line) break;
     if (*line == "/reset") {
       messages = start;
+      continue;
+    }
+    if (const size_t bad = find_invalid_utf8(*line); bad != std::string::npos) {  // the same line on every rank
+      if (world().rank == 0)
+        spdlog::error("chat line {} is not valid UTF-8 (byte offset {}): the turn is skipped", turn + 1, bad);
+      ++refused;
       continue;
     }
     messages.push_back({{"role", "user"}, {"content", *line}});

@@ -364,6 +364,13 @@ TEST_F(ChatCli, ChatKeepsTheConversationAcrossTurns) {
   EXPECT_EQ(full.exit_code, 1) << full.err;
   EXPECT_NE(full.err.find("fills the context"), std::string::npos) << full.err;
   EXPECT_EQ(full.out, first);
+  // So is a line that is not valid UTF-8.
+  std::ofstream(dir_ / "in.txt") << "ok \xff\xfe\nHi\n";
+  const CommandResult bad = run(lockstep("chat " + common) + input, dir_ / "bad_utf8");
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_NE(bad.err.find("chat line 1 is not valid UTF-8 (byte offset 3): the turn is skipped"), std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.out, first);
 }
 
 TEST_F(ChatCli, BadChatInputsFailCleanly) {
