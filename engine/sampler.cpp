@@ -10,7 +10,7 @@ namespace lockstep {
 
 void SamplingParams::validate() const {
   LS_REQUIRE(std::isfinite(temperature) && temperature >= 0.0, ErrorKind::kInvalidArgument,
-             "temperature must be >= 0, got {}", temperature);
+             "temperature must be a finite number >= 0, got {}", temperature);
   LS_REQUIRE(top_k >= 0, ErrorKind::kInvalidArgument, "top-k must be >= 0, got {}", top_k);
   LS_REQUIRE(top_p > 0.0 && top_p <= 1.0, ErrorKind::kInvalidArgument, "top-p must be in (0, 1], got {}", top_p);
 }

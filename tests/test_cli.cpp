@@ -559,6 +559,8 @@ TEST_F(Cli, PromptPlusNewTokensBeyondTheContext) {
 TEST_F(Cli, BadSamplingValues) {
   auto model = make_model("m");
   expect_clean_failure(generate(model, "--prompt-ids 1 --temperature -1"), {"temperature"});
+  expect_clean_failure(generate(model, "--prompt-ids 1 --temperature inf"), {"temperature must be a finite number", "inf"});
+  expect_clean_failure(generate(model, "--prompt-ids 1 --temperature nan"), {"temperature must be a finite number", "nan"});
   expect_clean_failure(generate(model, "--prompt-ids 1 --temperature 1 --top-p 0"), {"top-p"});
   expect_clean_failure(generate(model, "--prompt-ids 1 --temperature 1 --top-p 1.5"), {"top-p", "1.5"});
 }
