@@ -18,6 +18,7 @@ cd "$(dirname "$0")/../.."
 pack() {
   set -e
   git diff --quiet || { echo "the tree has changes: commit or stash them first"; exit 1; }
+  trap 'git checkout -- kernels tests' EXIT  # a failed build leaves no patch applied
   source scripts/env.sh
   rm -rf .devcall && mkdir -p .devcall/stage/{head,tile,unmask}
   cmake --build build -j2 --target lockstep lockstep_tests kernel_timeline
@@ -29,7 +30,7 @@ pack() {
   git apply benchmarks/pending/prefill_unmasked_tiles.patch
   cmake --build build -j2 --target lockstep lockstep_tests
   cp build/lockstep build/lockstep_tests .devcall/stage/unmask/
-  git checkout -- kernels tests
+  git checkout -- kernels tests && trap - EXIT
   cmake --build build -j2 --target lockstep lockstep_tests
   bash tools/pack_device_libs.sh && cp .deps/lib/* .devcall/stage/
   strip .devcall/stage/*/lockstep*
