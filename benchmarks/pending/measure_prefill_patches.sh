@@ -8,8 +8,8 @@
 #     kernel timeline and the tokenizers into .devcall/; leaves the tree clean
 #     and build/ rebuilt at the head; about 4 minutes)
 #   bash benchmarks/pending/measure_prefill_patches.sh device
-#     (the device command: the GPU tests of the tile-order build, --no-pdl
-#     prefill timelines of the head and the patch, decode and prefill at batch
+#     (the device command: --no-pdl prefill timelines of the head and the
+#     patch, the GPU tests of the tile-order build, decode and prefill at batch
 #     1 and 32 of both, then the unmasked build's tests and timeline; the logs
 #     are saved into $OUT/logs.tgz after each phase, since a machine can be
 #     taken back mid-call)
@@ -68,8 +68,8 @@ device() {
   export LOCKSTEP_TOKENIZER_DIR=$PWD/build/tokenizers
   { nvidia-smi --query-gpu=name --format=csv,noheader; git log --oneline -1; } > $L/gpu.txt 2>&1
   t0=$SECONDS
-  gpu_tests tile 'Cuda*:*CudaGolden*:GraphReplay*'
   for v in head tile; do bench_timeline $v; done
+  gpu_tests tile 'Cuda*:*CudaGolden*:GraphReplay*'
   for v in head tile; do bench_decode $v; done
   gpu_tests unmask 'CudaAttention*:*CudaGolden*'
   bench_timeline unmask
