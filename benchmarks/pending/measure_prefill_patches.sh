@@ -6,7 +6,7 @@
 #     with prefill_tile_order.patch, and that with prefill_unmasked_tiles.patch;
 #     packs the stripped binaries, the runtime libraries the device lacks, the
 #     kernel timeline and the tokenizers into .devcall/; leaves the tree clean
-#     and build/ rebuilt at the head; about 4 minutes)
+#     and build/ rebuilt at the head; about 5 minutes)
 #   bash benchmarks/pending/measure_prefill_patches.sh device
 #     (the device command: --no-pdl prefill timelines of the head and the
 #     patch, the GPU tests of the tile-order build, decode and prefill at batch
