@@ -98,6 +98,10 @@ struct AttentionParams {
   // At most this many workers per sequence (0: the backend's own rule).
   // Benchmarks set it to compare split counts; any value gives the same result.
   int64_t max_splits = 0;
+  // At most this many tiles of query rows per launch (0: the backend's
+  // limit). Tests set it to run a batch in several launches; any value gives
+  // the same result.
+  int64_t max_row_tiles_per_launch = 0;
   int64_t qkv_stride() const { return (num_heads + 2 * cache.num_kv_heads) * cache.head_dim; }
   void validate() const {
     LS_OP_REQUIRE(qkv && k_cache && v_cache && slots && positions && out, "attention", "null pointer");
@@ -106,6 +110,8 @@ struct AttentionParams {
                   "attention", "bad head counts heads={} kv_heads={}", num_heads, cache.num_kv_heads);
     LS_OP_REQUIRE(scale > 0.0f, "attention", "scale must be positive");
     LS_OP_REQUIRE(max_splits >= 0, "attention", "max_splits {} must be >= 0", max_splits);
+    LS_OP_REQUIRE(max_row_tiles_per_launch >= 0, "attention", "max_row_tiles_per_launch {} must be >= 0",
+                  max_row_tiles_per_launch);
     LS_OP_REQUIRE(window >= 0, "attention", "window {} must be >= 0", window);
   }
   // The first position token t attends to, given its position.

@@ -35,6 +35,7 @@ constexpr int kMinKeysPerSplit = 64;  // a split shorter than a key tile (kTcKey
 constexpr int kPrefillFillPerSm = 2;   // prefill tiles are split until the grid has this many blocks per SM
 constexpr int kSplitBasePerSm = 4;     // splits only while the grid without them has fewer blocks per SM
 constexpr int kSplitBlocksPerSm = 16;  // and the grid with them at most this many
+constexpr int64_t kMaxGridY = 65535;
 // A decode split takes at least this many key tiles of the actual length,
 // leaving the rest of the graph's splits (sized for max_seq) empty: a
 // block's fixed costs (queries, positions, the merges) outweigh a tile's
@@ -101,25 +102,33 @@ constexpr int tc_stages(int row_warps) {
   return row_warps == 1 ? (HD == 80 ? 2 : 3) : 1;
 }
 
-// A block's query rows: flattened rows base .. base + count - 1 (row
-// t·group + g is token t's q head g of kv head blockIdx.y). A decode tile's
+// A block's query rows: flattened rows base .. base + count - 1 of kv head
+// kv_head (row t·group + g is token t's q head g of it). A decode tile's
 // rows are q heads head0 .. head0 + count - 1 of one token.
 struct TileRows {
   int64_t base;
   int count;
+  int64_t kv_head;
   int64_t token;  // decode tiles only
   int64_t head0;  // decode tiles only
 };
 
+// Prefill blocks take kv head blockIdx.x and row tile gridDim.y - 1 -
+// blockIdx.y: the GPU starts blocks x fastest, so the last row tiles of
+// every kv head start first. Under a causal mask the last rows attend to the
+// most keys, so the longest blocks start first and the short ones fill the
+// tail of the grid (tiles in x, in order, started the last kv head's longest
+// blocks last: a tail of a few busy SMs). Decode blocks take their token's
+// tile from x and the kv head from y.
 template <int RowWarps>
 __device__ TileRows tile_rows(const AttnArgs& a) {
   if constexpr (RowWarps == 4) {
-    const int64_t base = static_cast<int64_t>(blockIdx.x) * 64;
-    return {base, static_cast<int>(min(int64_t{64}, a.tokens * a.group - base)), 0, 0};
+    const int64_t base = (a.row_tile0 + gridDim.y - 1 - blockIdx.y) * 64;
+    return {base, static_cast<int>(min(int64_t{64}, a.tokens * a.group - base)), blockIdx.x, 0, 0};
   } else {
     const int64_t token = blockIdx.x / a.head_chunks;
     const int chunk = static_cast<int>(blockIdx.x % a.head_chunks);
-    return {token * a.group + chunk * 16, min(16, a.group - chunk * 16), token,
+    return {token * a.group + chunk * 16, min(16, a.group - chunk * 16), blockIdx.y, token,
             static_cast<int64_t>(blockIdx.y) * a.group + chunk * 16};
   }
 }
@@ -132,7 +141,7 @@ __device__ void tile_row(const AttnArgs& a, const TileRows& tr, int r, int64_t& 
     token = tr.token, head = tr.head0 + r;
   } else {
     const int flat = static_cast<int>(tr.base) + r;
-    token = flat / a.group, head = static_cast<int64_t>(blockIdx.y) * a.group + flat % a.group;
+    token = flat / a.group, head = tr.kv_head * a.group + flat % a.group;
   }
 }
 
@@ -474,8 +483,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
   auto* buf = reinterpret_cast<TcTile<T, HD>*>(smem);
   if constexpr (RowWarps == 4) start_after_producers();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t kvh = blockIdx.y;
   const TileRows tr = tile_rows<RowWarps>(a);
+  const int64_t kvh = tr.kv_head;
   const int warp_row0 = 16 * (warp % RowWarps);
   const int k0 = kWarpKeys * (warp / RowWarps);
 
@@ -591,12 +600,24 @@ void launch_attention_tensor_core(const AttentionParams& p, int num_sms, cudaStr
            : splits_by_waves(base, c.max_seq, int64_t{num_sms} * tc_decode_blocks_per_sm<T, HD>(), num_sms);
   const int splits = splits_that_fit(p, HD, wanted, base, num_sms);
   const AttnArgs args = make_attn_args(p, HD, group, head_chunks, splits, num_sms);
-  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(c.num_kv_heads),
-                  static_cast<unsigned>(splits));
-  if (wide)
-    launch_tensor_core_kernel<T, HD, 4>(grid, args, stream);
-  else
-    launch_tensor_core_kernel<T, HD, 1>(grid, args, stream);
+  if (wide) {
+    // kv heads in x, row tiles in y (tile_rows), in launches of at most a
+    // grid's y extent, the last tiles first.
+    const int64_t per_launch = p.max_row_tiles_per_launch > 0 ? std::min(p.max_row_tiles_per_launch, kMaxGridY)
+                                                               : kMaxGridY;
+    for (int64_t end = row_tiles; end > 0; end -= per_launch) {
+      AttnArgs part = args;
+      part.row_tile0 = std::max<int64_t>(0, end - per_launch);
+      launch_tensor_core_kernel<T, HD, 4>(dim3(static_cast<unsigned>(c.num_kv_heads),
+                                               static_cast<unsigned>(end - part.row_tile0),
+                                               static_cast<unsigned>(splits)),
+                                          part, stream);
+    }
+  } else {
+    launch_tensor_core_kernel<T, HD, 1>(dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(c.num_kv_heads),
+                                             static_cast<unsigned>(splits)),
+                                        args, stream);
+  }
 }
 
 }  // namespace
@@ -651,7 +672,8 @@ AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int h
                   .splits = splits,
                   .scale = p.scale,
                   .window = p.window,
-                  .no_lower_writes = p.no_lower_writes};
+                  .no_lower_writes = p.no_lower_writes,
+                  .row_tile0 = 0};
 }
 
 // Splits whose partial results fit the workspace (at most `wanted`, and at

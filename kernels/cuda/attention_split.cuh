@@ -46,6 +46,7 @@ struct AttnArgs {
   float scale;
   int64_t window;        // AttentionParams::window (0: none)
   bool no_lower_writes;  // AttentionParams::no_lower_writes
+  int64_t row_tile0;     // tensor-core prefill: the launch's first 64-row tile
 };
 
 // The first key a token at `position` attends to (AttentionParams::first_key).

@@ -2,9 +2,9 @@
 // place on the fused QKV rows. One block per (token, group of kRopeWarps
 // heads, v heads included), each warp one head, so that a decode token's
 // 40-odd heads run in parallel rather than five after another per warp.
-// Each block computes the token's cos/sin table in double precision (angles
-// reach 1e5 radians and more at long context, where a float32 angle is off
-// by several 1e-3).
+// Each block with a q or k head computes the token's cos/sin table in double
+// precision (angles reach 1e5 radians and more at long context, where a
+// float32 angle is off by several 1e-3).
 // Values are read once, rotated in float32, written once;
 // with the KV append fused in, the thread that rotates a k element also
 // writes it to the cache, and a v head's warp copies it there. After a
@@ -122,7 +122,9 @@ __global__ void qk_norm_rope_kernel(RopeArgs<T> a) {
   start_after_producers();
   const int64_t t = blockIdx.x;
   const double position = static_cast<double>(a.positions[t]);
-  for (int64_t i = threadIdx.x; i < a.head_dim / 2; i += blockDim.x) {
+  // A block of v heads only (the last ones of a token) rotates nothing.
+  const bool rotates = static_cast<int64_t>(blockIdx.y) * kRopeWarps < a.num_heads + a.num_kv_heads;
+  for (int64_t i = threadIdx.x; rotates && i < a.head_dim / 2; i += blockDim.x) {
     double s, c;
     sincos(position * static_cast<double>(a.inv_freq[i]), &s, &c);
     cos_s[i] = static_cast<float>(c) * a.cos_sin_scale;

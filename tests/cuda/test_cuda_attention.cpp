@@ -26,6 +26,7 @@ struct AttnCase {
   int64_t hint = 0;  // tokens_per_sequence_hint; 0: the layout's true longest run
   int64_t max_splits = 0;
   int64_t window = 0;  // sliding window (0: none)
+  int64_t row_tiles_per_launch = 0;  // max_row_tiles_per_launch (0: the backend's limit)
 };
 
 // no_lower_writes holds for every decode layout (one token per slot); it is
@@ -39,7 +40,8 @@ std::string describe(const AttnCase& c) {
   return std::string(names[static_cast<int>(c.layout)]) + " tokens=" + std::to_string(c.tokens) +
          " heads=" + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " hd=" + std::to_string(c.head_dim) +
          " hint=" + std::to_string(c.hint) + " max_splits=" + std::to_string(c.max_splits) +
-         " window=" + std::to_string(c.window) + (early_keys(c) ? " no_lower_writes" : "");
+         " window=" + std::to_string(c.window) + " row_tiles_per_launch=" + std::to_string(c.row_tiles_per_launch) +
+         (early_keys(c) ? " no_lower_writes" : "");
 }
 
 // Slots and positions of each layout; returns the longest run of one slot.
@@ -92,7 +94,8 @@ class CudaAttentionTest : public CudaOpTest {
                       .window = ac.window, .workspace = d_ws.get(), .workspace_bytes = cuda::attention_workspace_bytes(num_sms_),
                       .tokens_per_sequence_hint = ac.hint > 0 ? ac.hint : longest,
                       .no_lower_writes = early_keys(ac),
-                      .max_splits = ac.max_splits};
+                      .max_splits = ac.max_splits,
+                      .max_row_tiles_per_launch = ac.row_tiles_per_launch};
     // The KV append runs fused into qk_norm_rope; a zero frequency makes the
     // rotation exact identity, so the cache must hold exact copies.
     const std::vector<float> zero_freq(static_cast<size_t>(ac.head_dim / 2), 0.0f);
@@ -232,6 +235,23 @@ void prefill_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
     }
   if (dt == DType::kF16) t.run_case({19, 16, 2, 256, Layout::kPrefill}, dt, rng);
   for (int64_t hd : {8, 16, 32}) t.run_case({19, 4, 2, hd, Layout::kPrefill}, dt, rng);
+}
+
+// A prefill batch in several launches (the tensor-core kernel's grid holds
+// at most 65535 tiles of 64 query rows a launch; these cases cap it lower):
+// 989 tokens of 4 q heads per kv head are 62 tiles, in launches of 5 and of
+// 61 (the last launch, which holds the first tiles, short), and of 7 with a
+// window; 111 tokens are 7 tiles split over the keys, in launches of 2; and
+// runs of several slots, 11 tiles in launches of 3.
+TEST_F(CudaAttentionTest, PrefillInSeveralLaunchesMatchesCpu) {
+  std::mt19937 rng(14);
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (int64_t hd : {64, 128}) {
+      for (int64_t per_launch : {5, 61}) run_case({989, 8, 2, hd, Layout::kPrefill, 0, 0, 0, per_launch}, dt, rng);
+      run_case({989, 8, 2, hd, Layout::kPrefill, 0, 0, 100, 7}, dt, rng);
+      run_case({111, 8, 2, hd, Layout::kPrefill, 0, 0, 0, 2}, dt, rng);
+      run_case({133, 10, 2, hd, Layout::kMixed, 0, 0, 0, 3}, dt, rng);
+    }
 }
 
 TEST_F(CudaAttentionTest, PrefillMatchesCpuF32) { prefill_cases(*this, DType::kF32, 12); }
