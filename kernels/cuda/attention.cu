@@ -187,9 +187,10 @@ struct TcState {
 // to log2 units, -inf where row i may not see the key (tc_attend_tile), and
 // sets mx[i] to row i's largest (this thread's share of it).
 // A warp whose keys all lie inside both rows' ranges (every prefill tile below
-// the diagonal) skips the mask: attention -5% at head_dim 128 and -10% at 64
-// on an H200 (benchmarks/RESULTS.md). Not at head_dim 96: the branch takes its
-// prefill kernel from 168 to 176 registers, 3 to 2 blocks an SM, and +10%.
+// the diagonal) skips the mask: prefill attention -2 to -5% at head_dim 128,
+// -8% at 80 and -10% at 64 on an H200 (benchmarks/RESULTS.md). Not at 96: the
+// branch takes its prefill kernel from 168 to 176 registers, 3 to 2 blocks an
+// SM, and +10%.
 template <int HD, int Keys>
 __device__ void scale_and_mask_scores(float (&sc)[Keys / 8][4], int k0, int64_t tile_pos, const int64_t (&limit)[2],
                                       int64_t window, float scale_log2, float (&mx)[2]) {
