@@ -3,8 +3,8 @@
 // to the last `window` of them.
 //
 // Two kernels, both flash-style (online softmax, no score matrix in memory):
-// a tensor-core kernel for bf16/f16 with head_dim 64, 80, 96 or 128 (here, see its
-// section below) and a CUDA-core kernel for the rest
+// a tensor-core kernel for bf16/f16 with head_dim a multiple of 16 (here, see
+// its section below) and a CUDA-core kernel for the rest
 // (attention_cuda_core.cu). When the batch alone does not fill the GPU, each
 // sequence is split over several blocks (flash-decoding): every split block
 // writes its partial result to the workspace, and the block that finishes
@@ -60,7 +60,7 @@ int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
 // (max, sum) pairs.
 int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kSplitBasePerSm} * num_sms * 4, 256) * 256; }
 
-// ---- Tensor-core path (bf16/f16, head_dim 64, 80, 96 and 128) ----
+// ---- Tensor-core path (bf16/f16, head_dim a multiple of 16 up to 256) ----
 //
 // One block of 4 warps per (tile of query rows, kv head, split). The query
 // rows of kv head h are the flattened pairs (token t, q head g of h's group),
@@ -100,6 +100,13 @@ struct TcTile {
 template <int HD>
 constexpr int tc_stages(int row_warps) {
   return row_warps == 1 ? (HD == 80 ? 2 : 3) : 1;
+}
+
+// Shared memory of the decode tiling's merge of its warps (tc_merge_warps):
+// each warp's 16 rows of outputs (padded rows), then 3 floats a (warp, row).
+template <int HD>
+constexpr int tc_merge_warps_bytes() {
+  return (4 * 16 * (HD + 8) + 3 * 4 * 16) * static_cast<int>(sizeof(float));
 }
 
 // A block's query rows: flattened rows base .. base + count - 1 of kv head
@@ -167,6 +174,80 @@ __device__ void load_query_fragments(const AttnArgs& a, const TcRows& rows, uint
   }
 }
 
+// Where a warp keeps its 16 query rows' A fragments. Up to head_dim 128 in
+// registers, loaded once (TcQueryRegs). Above it, in prefill, the fragments
+// and the output accumulators would not fit the 255 registers together
+// (ptxas: 1.1 KB of spill loads at 256): the block's 64 rows wait in shared
+// memory, after its key tiles, and each k step reads its fragment again
+// (TcQuerySmem).
+template <int HD>
+struct TcQueryRegs {
+  static constexpr bool kInSmem = false;
+  uint32_t f[HD / 16][4];
+};
+
+template <typename T, int HD>
+struct TcQuerySmem {
+  static constexpr bool kInSmem = true;
+  static constexpr int kLd = HD + 8;  // padded rows: conflict-free ldmatrix
+  const T* warp_rows;                 // the warp's 16 rows
+  __device__ void fragment(int ks, uint32_t (&a)[4]) const {
+    const int lane = threadIdx.x % 32;  // lanes 0-15: rows 0-15 at k 0-7; lanes 16-31: at k 8-15
+    ldmatrix_x4<false>(a, warp_rows + (lane % 16) * kLd + 16 * ks + 8 * (lane / 16));
+  }
+};
+
+template <typename T, int HD, bool InSmem>
+struct TcQueryFor {
+  using type = TcQueryRegs<HD>;
+};
+template <typename T, int HD>
+struct TcQueryFor<T, HD, true> {
+  using type = TcQuerySmem<T, HD>;
+};
+template <typename T, int HD, int RowWarps>
+using TcQuery = typename TcQueryFor<T, HD, RowWarps == 4 && (HD > 128)>::type;
+
+// Copies a prefill block's 64 query rows into shared memory (rows past
+// tr.count zero-filled) and waits for them.
+template <typename T, int HD>
+__device__ void load_query_tile(const AttnArgs& a, const TileRows& tr, T* sq) {
+  constexpr int kChunks = HD / 8, kLd = HD + 8;
+  const int64_t stride = (a.num_heads + 2 * a.num_kv_heads) * HD;
+  for (int chunk = static_cast<int>(threadIdx.x); chunk < 64 * kChunks; chunk += kTcThreads) {
+    const int r = chunk / kChunks, col = chunk % kChunks * 8;
+    int64_t token = 0, head = 0;
+    if (r < tr.count) tile_row<4>(a, tr, r, token, head);
+    cp_async_16(sq + r * kLd + col, static_cast<const T*>(a.qkv) + token * stride + head * HD + col, r < tr.count);
+  }
+  cp_async_commit();
+  cp_async_wait_group<0>();
+  __syncthreads();
+}
+
+// Fills a warp's query fragments: registers from the rows, or shared memory
+// from the block's tile (`sq`).
+template <typename T, int HD, typename Query>
+__device__ void load_query(const AttnArgs& a, const TcRows& rows, const TileRows& tr, T* sq, Query& q) {
+  if constexpr (Query::kInSmem) {
+    load_query_tile<T, HD>(a, tr, sq);
+    q.warp_rows = sq + 16 * (threadIdx.x / 32) * Query::kLd;
+  } else {
+    load_query_fragments<T, HD>(a, rows, q.f);
+  }
+}
+
+// A block's shared memory: its key tiles (and TcQuerySmem's rows after
+// them), which hold the merges' scratch once every copy has landed (small
+// heads need more for that than their tiles).
+template <typename T, int HD, int RowWarps>
+constexpr int tc_smem_bytes() {
+  const int query = TcQuery<T, HD, RowWarps>::kInSmem ? 64 * (HD + 8) * static_cast<int>(sizeof(T)) : 0;
+  const int tiles = tc_stages<HD>(RowWarps) * static_cast<int>(sizeof(TcTile<T, HD>)) + query;
+  const int merges = std::max(merge_scratch_bytes(16 * RowWarps), RowWarps == 1 ? tc_merge_warps_bytes<HD>() : 0);
+  return std::max(tiles, merges);
+}
+
 // Online-softmax state of one warp for its 16 rows (per thread: two rows).
 template <int HD>
 struct TcState {
@@ -225,15 +306,12 @@ __device__ void scale_and_mask_scores(float (&sc)[Keys / 8][4], int k0, int64_t 
     }
 }
 
-// One warp's share of a key tile: keys [k0, k0 + Keys) of the tile in shared
-// memory, which start at absolute position `tile_pos`. Row i may see keys up
-// to limit[i] (-1: none), and with a window only the last `window` of them.
+// S = Q·Kᵀ for a warp's 16 rows and keys [k0, k0 + Keys) of a tile.
+// Fragments in registers: key group by key group, every k step of each.
 template <typename T, int HD, int Keys>
-__device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos, const int64_t (&limit)[2],
-                               int64_t window, float scale_log2, const uint32_t (&qf)[HD / 16][4],
-                               TcState<HD>& st) {
+__device__ void tc_scores_by_key_group(const TcTile<T, HD>& s, int k0, const TcQueryRegs<HD>& q,
+                                       float (&sc)[Keys / 8][4]) {
   const int lane = threadIdx.x % 32;
-  float sc[Keys / 8][4];
 #pragma unroll
   for (int j = 0; j < Keys / 8; ++j) {
 #pragma unroll
@@ -242,16 +320,55 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
     for (int ks = 0; ks + 1 < HD / 16; ks += 2) {
       uint32_t b[4];
       ldmatrix_x4<false>(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8)]);
-      mma_16816<T>(sc[j], qf[ks], b[0], b[1]);
-      mma_16816<T>(sc[j], qf[ks + 1], b[2], b[3]);
+      mma_16816<T>(sc[j], q.f[ks], b[0], b[1]);
+      mma_16816<T>(sc[j], q.f[ks + 1], b[2], b[3]);
     }
     if constexpr (HD / 16 % 2 == 1) {  // the last 16 dimensions alone (head_dim 80)
       constexpr int ks = HD / 16 - 1;
       uint32_t b[2];
       ldmatrix_x2(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8 % 2)]);
-      mma_16816<T>(sc[j], qf[ks], b[0], b[1]);
+      mma_16816<T>(sc[j], q.f[ks], b[0], b[1]);
     }
   }
+}
+
+// The same from fragments in shared memory: k step by k step (two at a
+// time), so that each query fragment is read once a tile.
+template <typename T, int HD, int Keys, typename Query>
+__device__ void tc_scores_by_k_step(const TcTile<T, HD>& s, int k0, const Query& q, float (&sc)[Keys / 8][4]) {
+  static_assert(HD / 16 % 2 == 0, "k steps taken two at a time");
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < Keys / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sc[j][e] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < HD / 16; ks += 2) {
+    uint32_t qa[4], qb[4];
+    q.fragment(ks, qa);
+    q.fragment(ks + 1, qb);
+#pragma unroll
+    for (int j = 0; j < Keys / 8; ++j) {
+      uint32_t b[4];
+      ldmatrix_x4<false>(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8)]);
+      mma_16816<T>(sc[j], qa, b[0], b[1]);
+      mma_16816<T>(sc[j], qb, b[2], b[3]);
+    }
+  }
+}
+
+// One warp's share of a key tile: keys [k0, k0 + Keys) of the tile in shared
+// memory, which start at absolute position `tile_pos`. Row i may see keys up
+// to limit[i] (-1: none), and with a window only the last `window` of them.
+template <typename T, int HD, int Keys, typename Query>
+__device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos, const int64_t (&limit)[2],
+                               int64_t window, float scale_log2, const Query& q, TcState<HD>& st) {
+  const int lane = threadIdx.x % 32;
+  float sc[Keys / 8][4];
+  if constexpr (Query::kInSmem)
+    tc_scores_by_k_step<T, HD, Keys>(s, k0, q, sc);
+  else
+    tc_scores_by_key_group<T, HD, Keys>(s, k0, q, sc);
   float mx[2];
   scale_and_mask_scores<HD, Keys>(sc, k0, tile_pos, limit, window, scale_log2, mx);
   float alpha[2], base[2];
@@ -343,9 +460,7 @@ __device__ void tc_finish_rows(const AttnArgs& a, const TcRows& rows, const bool
 // row sums the warps' outputs and writes them.
 template <typename T, int HD>
 __device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, int used, TcState<HD>& st, void* smem) {
-  constexpr int kLd = HD + 8;  // padded rows: conflict-free 8-byte stores
-  static_assert((4 * 16 * kLd + 3 * 4 * 16) * sizeof(float) <= 2 * sizeof(TcTile<T, HD>),
-                "merge buffer exceeds the decode tiles");
+  constexpr int kLd = HD + 8;  // padded rows: conflict-free 8-byte stores (tc_merge_warps_bytes)
   float* so = static_cast<float*>(smem);  // [warp][row][kLd]
   float* sm = so + 4 * 16 * kLd;          // [warp][row]: running max (log2 units), then row r's max at [r]
   float* sw = sm + 4 * 16;                // [warp][row]: running sum, then the warp's weight
@@ -398,10 +513,11 @@ __device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, int used, 
 
 // Copies one tile of keys and values, [tile, tile + kTcKeys) clipped to end
 // (zero-filled past it). When a key's 16-byte chunks divide the block
-// (head_dim 64, 128), thread i copies chunk i % (HD/8) of keys i / (HD/8) +
-// n·kKeyStep: one 64-bit base address per tile, then 32-bit steps (a slot's
-// keys span far less than 2^31 elements). Otherwise (80, 96) thread i copies
-// chunks i + n·kTcThreads of the tile, each at its own key and column.
+// (head_dim 16, 32, 64, 128, 256), thread i copies chunk i % (HD/8) of keys
+// i / (HD/8) + n·kKeyStep: one 64-bit base address per tile, then 32-bit
+// steps (a slot's keys span far less than 2^31 elements). Otherwise (80, 96,
+// 112, 160, 192) thread i copies chunks i + n·kTcThreads of the tile, each at
+// its own key and column.
 template <typename T, int HD>
 __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base, int64_t pos_stride, int64_t tile,
                              int64_t end) {
@@ -521,8 +637,10 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
     rows.valid[i] = r < tr.count;
     tile_row<RowWarps>(a, tr, rows.valid[i] ? r : 0, rows.token[i], rows.head[i]);
   }
-  uint32_t qf[HD / 16][4];
-  if constexpr (RowWarps == 4) load_query_fragments<T, HD>(a, rows, qf);
+  using Query = TcQuery<T, HD, RowWarps>;
+  Query query;
+  T* const query_tile = reinterpret_cast<T*>(buf + kStages);  // TcQuerySmem only (tc_smem_bytes)
+  if constexpr (RowWarps == 4) load_query<T, HD>(a, rows, tr, query_tile, query);
   const float scale_log2 = a.scale * kLog2e;
   const int64_t pos_stride = a.pos_stride;
   const int64_t last_token = (tr.base + tr.count - 1) / a.group;
@@ -549,7 +667,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
     if constexpr (RowWarps == 1) {
       if (a.no_lower_writes) issue_until(min(int64_t{kStages}, ((len - 1) / kTcKeys * kTcKeys - begin) / kTcKeys));
       start_after_producers();
-      load_query_fragments<T, HD>(a, rows, qf);
+      load_query<T, HD>(a, rows, tr, query_tile, query);
     }
     issue_until(kStages - 1);
     TcState<HD> st;
@@ -558,8 +676,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       issue_until(i + kStages);
       cp_async_wait_for<kStages - 1>(issued - i - 1);  // tile i has landed; the tiles after it may be in flight
       __syncthreads();
-      tc_attend_tile<T, HD, kWarpKeys>(buf[i % kStages], k0, begin + i * kTcKeys, limit, a.window, scale_log2, qf,
-                                       st);
+      tc_attend_tile<T, HD, kWarpKeys>(buf[i % kStages], k0, begin + i * kTcKeys, limit, a.window, scale_log2,
+                                       query, st);
       __syncthreads();  // buffer i % kStages is free for tile i + kStages
     }
     if constexpr (RowWarps == 1)
@@ -568,7 +686,6 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
       tc_finish_rows<T, HD>(a, rows, active, st);
     run_begin = run.last + 1;
   }
-  static_assert(merge_scratch_bytes(16 * RowWarps) <= sizeof(TcTile<T, HD>), "merge scratch exceeds a key tile");
   if (used > 1 && arrive_last_split(a, used))  // the key tiles are free: every copy has landed
     merge_splits<T, HD>(
         a, used, tr.count,
@@ -578,11 +695,6 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
           return token * a.num_heads + head;
         },
         reinterpret_cast<float*>(smem));
-}
-
-template <typename T, int HD, int RowWarps>
-constexpr int tc_smem_bytes() {
-  return tc_stages<HD>(RowWarps) * static_cast<int>(sizeof(TcTile<T, HD>));
 }
 
 // Over 48 KB of shared memory needs the opt-in, per device: set it each time (a host-side attribute).

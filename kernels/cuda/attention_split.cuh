@@ -19,10 +19,11 @@ constexpr int kMaxGroup = 8;  // q heads per block of the CUDA-core kernel
 constexpr int kMaxSplits = 32;
 constexpr int kMaxHeadDim = 256;
 
-// The tensor-core kernel takes bf16/f16 with head_dim 64, 80, 96 or 128; the CUDA-core kernel the rest.
+// The tensor-core kernel takes bf16/f16 with head_dim a multiple of 16 (its
+// mma steps are 16 dimensions deep); the CUDA-core kernel the rest (float32,
+// and head_dim 8 and 120).
 template <typename T, int HD>
-inline constexpr bool kTensorCoreAttention =
-    !std::is_same_v<T, float> && (HD == 64 || HD == 80 || HD == 96 || HD == 128);
+inline constexpr bool kTensorCoreAttention = !std::is_same_v<T, float> && HD % 16 == 0 && HD <= kMaxHeadDim;
 
 struct AttnArgs {
   const void* qkv;

@@ -151,8 +151,8 @@ void decode_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
       for (int64_t hd : {64, 128}) t.run_case({tokens, heads, kv, hd, Layout::kDecode}, dt, rng);
   }
   if (dt == DType::kBF16) t.run_case({3, 8, 1, 256, Layout::kDecode}, dt, rng);
-  for (int64_t hd : {8, 16, 32})  // small heads (test models): the CUDA-core kernel with idle lanes
-    t.run_case({7, 8, 2, hd, Layout::kDecode}, dt, rng);
+  // Small heads (test models): 8 on CUDA cores with idle lanes, 16 and 32 on tensor cores in 16-bit.
+  for (int64_t hd : {8, 16, 32}) t.run_case({7, 8, 2, hd, Layout::kDecode}, dt, rng);
   for (int64_t cap : {1, 2, 5})  // a cap on the splits below the rule's choice
     for (int64_t hd : {32, 128}) t.run_case({1, 32, 8, hd, Layout::kDecode, 0, cap}, dt, rng);
 }
@@ -185,17 +185,18 @@ TEST_F(CudaAttentionTest, DecodeMatchesCpuF32) { decode_cases(*this, DType::kF32
 TEST_F(CudaAttentionTest, DecodeMatchesCpuBf16) { decode_cases(*this, DType::kBF16, 111); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16, 211); }
 
-// Head sizes that are not powers of two, decode with splits, a prefill chunk
-// longer than a key tile and mixed runs, in every dtype: 80 and 96 take the
-// tensor-core kernel in 16-bit (a key's chunks do not divide the block's
-// threads; 80 has an odd count of 16-wide k steps), every size takes the
-// CUDA-core kernel in float32, and 112-192 in all dtypes (lanes past
-// head_dim / kLaneDims idle). One small test, so that the sanitizers can run
-// it whole.
+// Head sizes other than 64 and 128, decode with splits, a prefill chunk
+// longer than a key tile and mixed runs, in every dtype. In 16-bit the
+// multiples of 16 take the tensor-core kernel: 80, 96, 112, 160 and 192 with
+// a key's chunks that do not divide the block's threads, 80 and 112 with an
+// odd count of 16-wide k steps, 160-256 with the prefill queries in shared
+// memory; 120 takes the CUDA-core kernel in every dtype, and every size in
+// float32 (lanes past head_dim / kLaneDims idle). One small test, so that the
+// sanitizers can run it whole.
 TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
   std::mt19937 rng(31);
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-    for (int64_t hd : {80, 96, 112, 120, 160, 192}) {
+    for (int64_t hd : {80, 96, 112, 120, 160, 192, 256}) {
       run_case({19, 10, 2, hd, Layout::kDecode}, dt, rng);
       run_case({1, 8, 8, hd, Layout::kDecode}, dt, rng);
       run_case({133, 8, 2, hd, Layout::kPrefill}, dt, rng);
@@ -205,14 +206,14 @@ TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
 
 // Sliding windows of 1 key up to longer than any sequence, under both
 // kernels (tensor cores: 16-bit at 64, 80 and 128; CUDA cores: float32, and
-// head size 32): decode with splits whose keys start mid-tile (and a cap of
+// head size 120): decode with splits whose keys start mid-tile (and a cap of
 // 2 splits), a prefill chunk whose 64-row tiles hold rows of different first
 // keys, and mixed runs under both tilings. One small test, so that the
 // sanitizers can run it whole.
 TEST_F(CudaAttentionTest, WindowsMatchCpu) {
   std::mt19937 rng(41);
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-    for (int64_t hd : {32, 64, 80, 128}) {
+    for (int64_t hd : {64, 80, 120, 128}) {
       if (hd == 80 && dt != DType::kBF16) continue;
       for (int64_t window : {1, 37, 200, 5000}) {
         run_case({19, 8, 2, hd, Layout::kDecode, 0, 0, window}, dt, rng);
@@ -242,11 +243,12 @@ void prefill_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
 // 989 tokens of 4 q heads per kv head are 62 tiles, in launches of 5 and of
 // 61 (the last launch, which holds the first tiles, short), and of 7 with a
 // window; 111 tokens are 7 tiles split over the keys, in launches of 2; and
-// runs of several slots, 11 tiles in launches of 3.
+// runs of several slots, 11 tiles in launches of 3. Head size 256 keeps its
+// queries in shared memory.
 TEST_F(CudaAttentionTest, PrefillInSeveralLaunchesMatchesCpu) {
   std::mt19937 rng(14);
   for (DType dt : {DType::kBF16, DType::kF16})
-    for (int64_t hd : {64, 128}) {
+    for (int64_t hd : {64, 128, 256}) {
       for (int64_t per_launch : {5, 61}) run_case({989, 8, 2, hd, Layout::kPrefill, 0, 0, 0, per_launch}, dt, rng);
       run_case({989, 8, 2, hd, Layout::kPrefill, 0, 0, 100, 7}, dt, rng);
       run_case({111, 8, 2, hd, Layout::kPrefill, 0, 0, 0, 2}, dt, rng);
