@@ -336,14 +336,13 @@ __device__ void tc_scores_by_key_group(const TcTile<T, HD>& s, int k0, const TcQ
 // time), so that each query fragment is read once a tile.
 template <typename T, int HD, int Keys, typename Query>
 __device__ void tc_scores_by_k_step(const TcTile<T, HD>& s, int k0, const Query& q, float (&sc)[Keys / 8][4]) {
-  static_assert(HD / 16 % 2 == 0, "k steps taken two at a time");
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < Keys / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) sc[j][e] = 0.0f;
 #pragma unroll
-  for (int ks = 0; ks < HD / 16; ks += 2) {
+  for (int ks = 0; ks + 1 < HD / 16; ks += 2) {
     uint32_t qa[4], qb[4];
     q.fragment(ks, qa);
     q.fragment(ks + 1, qb);
@@ -353,6 +352,17 @@ __device__ void tc_scores_by_k_step(const TcTile<T, HD>& s, int k0, const Query&
       ldmatrix_x4<false>(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8)]);
       mma_16816<T>(sc[j], qa, b[0], b[1]);
       mma_16816<T>(sc[j], qb, b[2], b[3]);
+    }
+  }
+  if constexpr (HD / 16 % 2 == 1) {  // the last 16 dimensions alone (e.g. head_dim 176)
+    constexpr int ks = HD / 16 - 1;
+    uint32_t qa[4];
+    q.fragment(ks, qa);
+#pragma unroll
+    for (int j = 0; j < Keys / 8; ++j) {
+      uint32_t b[2];
+      ldmatrix_x2(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8 % 2)]);
+      mma_16816<T>(sc[j], qa, b[0], b[1]);
     }
   }
 }
@@ -841,7 +851,7 @@ int64_t attention_workspace_bytes(int num_sms) {
   // query rows (tensor-core decode) of one token. Larger tiles (prefill) use
   // as many splits as this holds.
   return counter_bytes(num_sms) +
-         int64_t{kSplitBlocksPerSm} * num_sms * std::max(kMaxGroup, 16) * (kMaxHeadDim + 2) * 4;
+         int64_t{kSplitBlocksPerSm} * num_sms * std::max(kMaxGroup, 16) * (kMostHeadDim + 2) * 4;
 }
 
 void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream) {

@@ -12,18 +12,18 @@
 
 #include "kernels/attention.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/dispatch.h"
 
 namespace lockstep::cuda::attention_detail {
 
 constexpr int kMaxGroup = 8;  // q heads per block of the CUDA-core kernel
 constexpr int kMaxSplits = 32;
-constexpr int kMaxHeadDim = 256;
 
 // The tensor-core kernel takes bf16/f16 with head_dim a multiple of 16 (its
 // mma steps are 16 dimensions deep); the CUDA-core kernel the rest (float32,
 // and head_dim 8 and 120).
 template <typename T, int HD>
-inline constexpr bool kTensorCoreAttention = !std::is_same_v<T, float> && HD % 16 == 0 && HD <= kMaxHeadDim;
+inline constexpr bool kTensorCoreAttention = !std::is_same_v<T, float> && HD % 16 == 0 && HD <= kMostHeadDim;
 
 struct AttnArgs {
   const void* qkv;

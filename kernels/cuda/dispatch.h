@@ -1,5 +1,5 @@
 // Run-time to compile-time dispatch, in one place: element type (float32,
-// bfloat16, float16) and head_dim (SupportedHeadDims). Anything else fails
+// bfloat16, float16) and head_dim (supported_head_dim). Anything else fails
 // loudly, naming the op and the value.
 #pragma once
 
@@ -7,7 +7,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -26,37 +25,33 @@ void dispatch_dtype(DType dtype, const char* op, F&& f) {
   LS_FAIL(ErrorKind::kInternal, "{}: unsupported dtype {}", op, static_cast<int>(dtype));
 }
 
-// The head sizes the CUDA attention kernels are built for: powers of two
-// from 8 and the other multiples of 8 that published Llama/Mistral/Qwen-style
-// checkpoints use (80, 96, 112, 120, 160, 192). Every dimension here is a
-// multiple of 8, which the kernels' 16-byte vector loads need.
-template <int... HDs>
-struct HeadDimList {
-  static constexpr bool contains(int64_t hd) { return ((hd == HDs) || ...); }
-  static std::string text() {  // "8, 16, ..., 256"
-    std::string s;
-    ((s += (s.empty() ? "" : ", ") + std::to_string(HDs)), ...);
-    return s;
-  }
-  // Calls f(std::integral_constant<int, HD>{}) for hd == HD; false if none.
-  template <typename F>
-  static bool call(int64_t hd, F&& f) {
-    return ((hd == HDs ? (f(std::integral_constant<int, HDs>{}), true) : false) || ...);
-  }
-};
-using SupportedHeadDims = HeadDimList<8, 16, 32, 64, 80, 96, 112, 120, 128, 160, 192, 256>;
+// The head sizes the CUDA attention kernels are built for: every multiple of
+// kHeadDimStep (their 16-byte vector loads of 16-bit values) up to
+// kMostHeadDim (head_dim 8, 16, ..., 256: published Llama/Mistral/Qwen-style
+// checkpoints use 64-256).
+constexpr int kHeadDimStep = 8;
+constexpr int kMostHeadDim = 256;
+
+constexpr bool supported_head_dim(int64_t hd) { return hd > 0 && hd % kHeadDimStep == 0 && hd <= kMostHeadDim; }
 
 // Fails naming the op and the value when the CUDA backend has no attention for head_dim.
 inline void require_head_dim(int64_t head_dim, const char* op) {
-  LS_REQUIRE(SupportedHeadDims::contains(head_dim), ErrorKind::kModel,
-             "{}: head_dim {} is not supported by the CUDA backend ({})", op, head_dim, SupportedHeadDims::text());
+  LS_REQUIRE(supported_head_dim(head_dim), ErrorKind::kModel,
+             "{}: head_dim {} is not supported by the CUDA backend (multiples of {} up to {})", op, head_dim,
+             kHeadDimStep, kMostHeadDim);
 }
 
-// Calls f(std::integral_constant<int, HD>{}) for the supported head sizes.
+// Calls f(std::integral_constant<int, HD>{}) for head_dim == HD, a supported head size.
+template <typename F, int... Steps>
+void call_with_head_dim(int64_t head_dim, F&& f, std::integer_sequence<int, Steps...>) {
+  ((head_dim == (Steps + 1) * kHeadDimStep ? (f(std::integral_constant<int, (Steps + 1) * kHeadDimStep>{}), 0) : 0),
+   ...);
+}
+
 template <typename F>
 void dispatch_head_dim(int64_t head_dim, const char* op, F&& f) {
   require_head_dim(head_dim, op);
-  SupportedHeadDims::call(head_dim, std::forward<F>(f));
+  call_with_head_dim(head_dim, std::forward<F>(f), std::make_integer_sequence<int, kMostHeadDim / kHeadDimStep>{});
 }
 
 }  // namespace lockstep::cuda

@@ -3,8 +3,8 @@
 // of flash-decoding are exercised), causal prefill chunks, and mixed batches
 // (runs of several lengths, each its own sequence, under both tilings of the
 // tensor-core kernel), for GQA ratios 1, 4, 5, 8 and 16 and head_dim 64, 128
-// and 256, and the other head sizes of published checkpoints (80, 96, 112,
-// 120, 160, 192); sliding windows.
+// and 256, and other multiples of 8 (48, 72, 80, 96, 112, 120, 160, 176,
+// 192); sliding windows.
 #include <string>
 
 #include "kernels/cuda/ops.h"
@@ -160,8 +160,9 @@ void decode_cases(CudaAttentionTest& t, DType dt, uint32_t seed) {
 // Host code (runs without a GPU): the head sizes attention is built for, and
 // a one-line refusal of the others, which the engine asks before loading.
 TEST(AttentionHeadDims, OthersAreRefusedByName) {
-  for (int64_t hd : {8, 64, 80, 96, 112, 120, 128, 160, 192, 256}) EXPECT_NO_THROW(cuda::require_attention_head_dim(hd));
-  for (int64_t hd : {0, 4, 24, 100, 104, 136, 264, 512})
+  for (int64_t hd : {8, 24, 48, 64, 72, 80, 96, 112, 120, 128, 136, 160, 176, 192, 248, 256})
+    EXPECT_NO_THROW(cuda::require_attention_head_dim(hd));
+  for (int64_t hd : {-8, 0, 4, 12, 100, 260, 264, 512})
     expect_error([&] { cuda::require_attention_head_dim(hd); }, ErrorKind::kModel,
                  {"head_dim " + std::to_string(hd), "not supported by the CUDA backend"});
 }
@@ -187,16 +188,16 @@ TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16
 
 // Head sizes other than 64 and 128, decode with splits, a prefill chunk
 // longer than a key tile and mixed runs, in every dtype. In 16-bit the
-// multiples of 16 take the tensor-core kernel: 80, 96, 112, 160 and 192 with
-// a key's chunks that do not divide the block's threads, 80 and 112 with an
-// odd count of 16-wide k steps, 160-256 with the prefill queries in shared
-// memory; 120 takes the CUDA-core kernel in every dtype, and every size in
-// float32 (lanes past head_dim / kLaneDims idle). One small test, so that the
-// sanitizers can run it whole.
+// multiples of 16 take the tensor-core kernel: 48, 80, 96, 112, 160, 176 and
+// 192 with a key's chunks that do not divide the block's threads, 48, 80,
+// 112 and 176 with an odd count of 16-wide k steps, 160-256 with the prefill
+// queries in shared memory; 72 and 120 take the CUDA-core kernel in every
+// dtype, and every size in float32 (lanes past head_dim / kLaneDims idle).
+// One small test, so that the sanitizers can run it whole.
 TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
   std::mt19937 rng(31);
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-    for (int64_t hd : {80, 96, 112, 120, 160, 192, 256}) {
+    for (int64_t hd : {48, 72, 80, 96, 112, 120, 160, 176, 192, 256}) {
       run_case({19, 10, 2, hd, Layout::kDecode}, dt, rng);
       run_case({1, 8, 8, hd, Layout::kDecode}, dt, rng);
       run_case({133, 8, 2, hd, Layout::kPrefill}, dt, rng);
