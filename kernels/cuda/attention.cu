@@ -3,8 +3,8 @@
 // to the last `window` of them.
 //
 // Two kernels, both flash-style (online softmax, no score matrix in memory):
-// a tensor-core kernel for bf16/f16 with head_dim a multiple of 16 (here, see
-// its section below) and a CUDA-core kernel for the rest
+// a tensor-core kernel for bf16/f16 with head_dim 16 and up (here, see its
+// section below) and a CUDA-core kernel for the rest
 // (attention_cuda_core.cu). When the batch alone does not fill the GPU, each
 // sequence is split over several blocks (flash-decoding): every split block
 // writes its partial result to the workspace, and the block that finishes
@@ -60,7 +60,7 @@ int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
 // (max, sum) pairs.
 int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kSplitBasePerSm} * num_sms * 4, 256) * 256; }
 
-// ---- Tensor-core path (bf16/f16, head_dim a multiple of 16 up to 256) ----
+// ---- Tensor-core path (bf16/f16, head_dim 16-256) ----
 //
 // One block of 4 warps per (tile of query rows, kv head, split). The query
 // rows of kv head h are the flattened pairs (token t, q head g of h's group),
@@ -82,9 +82,23 @@ constexpr int kTcKeys = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Elements between rows of keys, values or queries in shared memory: padded
+// to an odd count of 16-byte chunks, so that ldmatrix's eight row addresses
+// fall in different banks.
+template <int HD>
+constexpr int tc_row_pitch() {
+  return HD % 16 == 0 ? HD + 8 : HD + 16;
+}
+
+// A head size that is a multiple of 8 but not of 16 ends in half a k step
+// (8 dimensions; the other 8 of the step are zeros) and an odd count of
+// 8-wide output tiles.
+template <int HD>
+constexpr bool kHalfStep = HD % 16 != 0;
+
 template <typename T, int HD>
 struct TcTile {
-  static constexpr int kLd = HD + 8;  // padded rows: conflict-free ldmatrix
+  static constexpr int kLd = tc_row_pitch<HD>();
   T k[kTcKeys][kLd];
   T v[kTcKeys][kLd];
 };
@@ -160,17 +174,19 @@ struct TcRows {
 };
 
 template <typename T, int HD>
-__device__ void load_query_fragments(const AttnArgs& a, const TcRows& rows, uint32_t (&qf)[HD / 16][4]) {
+__device__ void load_query_fragments(const AttnArgs& a, const TcRows& rows, uint32_t (&qf)[(HD + 15) / 16][4]) {
   const int c = threadIdx.x % 4;
   const int64_t stride = (a.num_heads + 2 * a.num_kv_heads) * HD;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const T* q = static_cast<const T*>(a.qkv) + rows.token[i] * stride + rows.head[i] * HD;
 #pragma unroll
-    for (int ks = 0; ks < HD / 16; ++ks)
+    for (int ks = 0; ks < (HD + 15) / 16; ++ks)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        qf[ks][2 * h + i] = rows.valid[i] ? *reinterpret_cast<const uint32_t*>(q + 16 * ks + 8 * h + 2 * c) : 0u;
+      for (int h = 0; h < 2; ++h)  // past head_dim (the half step's upper 8): zeros
+        qf[ks][2 * h + i] = rows.valid[i] && 16 * ks + 8 * h < HD
+                                ? *reinterpret_cast<const uint32_t*>(q + 16 * ks + 8 * h + 2 * c)
+                                : 0u;
   }
 }
 
@@ -183,17 +199,24 @@ __device__ void load_query_fragments(const AttnArgs& a, const TcRows& rows, uint
 template <int HD>
 struct TcQueryRegs {
   static constexpr bool kInSmem = false;
-  uint32_t f[HD / 16][4];
+  uint32_t f[(HD + 15) / 16][4];
 };
 
 template <typename T, int HD>
 struct TcQuerySmem {
   static constexpr bool kInSmem = true;
-  static constexpr int kLd = HD + 8;  // padded rows: conflict-free ldmatrix
-  const T* warp_rows;                 // the warp's 16 rows
+  static constexpr int kLd = tc_row_pitch<HD>();
+  const T* warp_rows;  // the warp's 16 rows
   __device__ void fragment(int ks, uint32_t (&a)[4]) const {
     const int lane = threadIdx.x % 32;  // lanes 0-15: rows 0-15 at k 0-7; lanes 16-31: at k 8-15
     ldmatrix_x4<false>(a, warp_rows + (lane % 16) * kLd + 16 * ks + 8 * (lane / 16));
+  }
+  // The half k step: dimensions 16·ks .. +7, zeros for the other 8.
+  __device__ void half_fragment(int ks, uint32_t (&a)[4]) const {
+    const int lane = threadIdx.x % 32;  // lanes 0-15: rows 0-15 (lanes 16-31 not read)
+    uint32_t lo[2];
+    ldmatrix_x2(lo, warp_rows + (lane % 16) * kLd + 16 * ks);
+    a[0] = lo[0], a[1] = lo[1], a[2] = 0u, a[3] = 0u;
   }
 };
 
@@ -212,7 +235,7 @@ using TcQuery = typename TcQueryFor<T, HD, RowWarps == 4 && (HD > 128)>::type;
 // tr.count zero-filled) and waits for them.
 template <typename T, int HD>
 __device__ void load_query_tile(const AttnArgs& a, const TileRows& tr, T* sq) {
-  constexpr int kChunks = HD / 8, kLd = HD + 8;
+  constexpr int kChunks = HD / 8, kLd = tc_row_pitch<HD>();
   const int64_t stride = (a.num_heads + 2 * a.num_kv_heads) * HD;
   for (int chunk = static_cast<int>(threadIdx.x); chunk < 64 * kChunks; chunk += kTcThreads) {
     const int r = chunk / kChunks, col = chunk % kChunks * 8;
@@ -242,7 +265,7 @@ __device__ void load_query(const AttnArgs& a, const TcRows& rows, const TileRows
 // heads need more for that than their tiles).
 template <typename T, int HD, int RowWarps>
 constexpr int tc_smem_bytes() {
-  const int query = TcQuery<T, HD, RowWarps>::kInSmem ? 64 * (HD + 8) * static_cast<int>(sizeof(T)) : 0;
+  const int query = TcQuery<T, HD, RowWarps>::kInSmem ? 64 * tc_row_pitch<HD>() * static_cast<int>(sizeof(T)) : 0;
   const int tiles = tc_stages<HD>(RowWarps) * static_cast<int>(sizeof(TcTile<T, HD>)) + query;
   const int merges = std::max(merge_scratch_bytes(16 * RowWarps), RowWarps == 1 ? tc_merge_warps_bytes<HD>() : 0);
   return std::max(tiles, merges);
@@ -306,6 +329,18 @@ __device__ void scale_and_mask_scores(float (&sc)[Keys / 8][4], int k0, int64_t 
     }
 }
 
+// The half k step of a head size that is not a multiple of 16, for keys
+// key0 .. key0 + 7 of a tile: the keys' last 8 dimensions (lanes 8-15 name
+// the same rows, never the padding) and zeros for the step's other 8; `qa`
+// holds zeros there too.
+template <typename T, int HD>
+__device__ void mma_half_step(const TcTile<T, HD>& s, int key0, const uint32_t (&qa)[4], float (&sc)[4]) {
+  const int lane = threadIdx.x % 32;
+  uint32_t b[2];
+  ldmatrix_x2(b, &s.k[key0 + lane % 8][HD / 16 * 16]);
+  mma_16816<T>(sc, qa, b[0], 0u);
+}
+
 // S = Q·Kᵀ for a warp's 16 rows and keys [k0, k0 + Keys) of a tile.
 // Fragments in registers: key group by key group, every k step of each.
 template <typename T, int HD, int Keys>
@@ -329,6 +364,7 @@ __device__ void tc_scores_by_key_group(const TcTile<T, HD>& s, int k0, const TcQ
       ldmatrix_x2(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8 % 2)]);
       mma_16816<T>(sc[j], q.f[ks], b[0], b[1]);
     }
+    if constexpr (kHalfStep<HD>) mma_half_step(s, k0 + 8 * j, q.f[HD / 16], sc[j]);
   }
 }
 
@@ -364,6 +400,12 @@ __device__ void tc_scores_by_k_step(const TcTile<T, HD>& s, int k0, const Query&
       ldmatrix_x2(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8 % 2)]);
       mma_16816<T>(sc[j], qa, b[0], b[1]);
     }
+  }
+  if constexpr (kHalfStep<HD>) {
+    uint32_t qa[4];
+    q.half_fragment(HD / 16, qa);
+#pragma unroll
+    for (int j = 0; j < Keys / 8; ++j) mma_half_step(s, k0 + 8 * j, qa, sc[j]);
   }
 }
 
@@ -412,11 +454,17 @@ __device__ void tc_attend_tile(const TcTile<T, HD>& s, int k0, int64_t tile_pos,
                             pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
     const int m = lane / 8;
 #pragma unroll
-    for (int dn = 0; dn < HD / 8; dn += 2) {
+    for (int dn = 0; dn + 1 < HD / 8; dn += 2) {
       uint32_t b[4];
       ldmatrix_x4<true>(b, &s.v[k0 + 16 * kk + (m % 2) * 8 + lane % 8][8 * dn + (m / 2) * 8]);
       mma_16816<T>(st.o[dn], pa, b[0], b[1]);
       mma_16816<T>(st.o[dn + 1], pa, b[2], b[3]);
+    }
+    if constexpr (kHalfStep<HD>) {  // the last 8 output dimensions alone (lanes 16-31 not read)
+      constexpr int dn = HD / 8 - 1;
+      uint32_t b[2];
+      ldmatrix_x2<true>(b, &s.v[k0 + 16 * kk + (m % 2) * 8 + lane % 8][8 * dn]);
+      mma_16816<T>(st.o[dn], pa, b[0], b[1]);
     }
   }
 }
@@ -526,8 +574,9 @@ __device__ void tc_merge_warps(const AttnArgs& a, const TileRows& tr, int used, 
 // (head_dim 16, 32, 64, 128, 256), thread i copies chunk i % (HD/8) of keys
 // i / (HD/8) + n·kKeyStep: one 64-bit base address per tile, then 32-bit
 // steps (a slot's keys span far less than 2^31 elements). Otherwise (80, 96,
-// 112, 160, 192) thread i copies chunks i + n·kTcThreads of the tile, each at
-// its own key and column.
+// 112, 160, 192, and the odd chunk counts of sizes that are not multiples of
+// 16) thread i copies chunks i + n·kTcThreads of the tile, each at its own
+// key and column.
 template <typename T, int HD>
 __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base, int64_t pos_stride, int64_t tile,
                              int64_t end) {
@@ -550,11 +599,11 @@ __device__ void load_kv_tile(TcTile<T, HD>& s, const T* k_base, const T* v_base,
       cp_async_16(&s.v[key0 + n * kKeyStep][col], v + at, in_range);
     }
   } else {
-    static_assert(kTcKeys * kChunks % kTcThreads == 0, "a tile's chunks split evenly over the threads");
     const int valid = static_cast<int>(min(int64_t{kTcKeys}, end - tile));
 #pragma unroll
-    for (int n = 0; n < kTcKeys * kChunks / kTcThreads; ++n) {
+    for (int n = 0; n < (kTcKeys * kChunks + kTcThreads - 1) / kTcThreads; ++n) {
       const int chunk = static_cast<int>(threadIdx.x) + n * kTcThreads;
+      if (kTcKeys * kChunks % kTcThreads != 0 && chunk >= kTcKeys * kChunks) break;  // an odd count of chunks
       const int key = chunk / kChunks, col = chunk % kChunks * 8;
       const bool in_range = key < valid;
       const int64_t offset = in_range ? (tile + key) * pos_stride + col : col;  // out of range: nothing is read

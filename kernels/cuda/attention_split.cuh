@@ -19,11 +19,11 @@ namespace lockstep::cuda::attention_detail {
 constexpr int kMaxGroup = 8;  // q heads per block of the CUDA-core kernel
 constexpr int kMaxSplits = 32;
 
-// The tensor-core kernel takes bf16/f16 with head_dim a multiple of 16 (its
-// mma steps are 16 dimensions deep); the CUDA-core kernel the rest (float32,
-// and head_dim 8 and 120).
+// The tensor-core kernel takes bf16/f16 from head_dim 16 (its mma steps are
+// 16 dimensions deep; a multiple of 8 ends in half a step); the CUDA-core
+// kernel float32 and head_dim 8.
 template <typename T, int HD>
-inline constexpr bool kTensorCoreAttention = !std::is_same_v<T, float> && HD % 16 == 0 && HD <= kMostHeadDim;
+inline constexpr bool kTensorCoreAttention = !std::is_same_v<T, float> && HD >= 16 && HD <= kMostHeadDim;
 
 struct AttnArgs {
   const void* qkv;

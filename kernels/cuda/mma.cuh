@@ -59,12 +59,19 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_ad
   }
 }
 
-// Two 8x8 matrices (no transpose): lanes 8m..8m+7 (m < 2) give the row
-// addresses of matrix m; the other lanes' addresses are not read.
+// Two 8x8 matrices: lanes 8m..8m+7 (m < 2) give the row addresses of
+// matrix m; the other lanes' addresses are not read.
+template <bool Trans = false>
 __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(shared_address(row_address)));
+  if constexpr (Trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(shared_address(row_address)));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(shared_address(row_address)));
+  }
 }
 
 // 16 bytes from global to shared memory without passing through registers;

@@ -3,8 +3,7 @@
 // of flash-decoding are exercised), causal prefill chunks, and mixed batches
 // (runs of several lengths, each its own sequence, under both tilings of the
 // tensor-core kernel), for GQA ratios 1, 4, 5, 8 and 16 and head_dim 64, 128
-// and 256, and other multiples of 8 (48, 72, 80, 96, 112, 120, 160, 176,
-// 192); sliding windows.
+// and 256, and other multiples of 8 (24-248); sliding windows.
 #include <string>
 
 #include "kernels/cuda/ops.h"
@@ -187,17 +186,17 @@ TEST_F(CudaAttentionTest, DecodeMatchesCpuBf16) { decode_cases(*this, DType::kBF
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16, 211); }
 
 // Head sizes other than 64 and 128, decode with splits, a prefill chunk
-// longer than a key tile and mixed runs, in every dtype. In 16-bit the
-// multiples of 16 take the tensor-core kernel: 48, 80, 96, 112, 160, 176 and
-// 192 with a key's chunks that do not divide the block's threads, 48, 80,
-// 112 and 176 with an odd count of 16-wide k steps, 160-256 with the prefill
-// queries in shared memory; 72 and 120 take the CUDA-core kernel in every
-// dtype, and every size in float32 (lanes past head_dim / kLaneDims idle).
-// One small test, so that the sanitizers can run it whole.
+// longer than a key tile and mixed runs, in every dtype. In 16-bit they take
+// the tensor-core kernel: all but 256 with a key's chunks that do not divide
+// the block's threads, 48, 80, 112 and 176 with an odd count of 16-wide k
+// steps, 24, 72, 120, 136 and 248 ending in half a k step (and an odd count
+// of 8-wide output tiles), 136-256 with the prefill queries in shared memory.
+// In float32 every size takes the CUDA-core kernel (lanes past head_dim /
+// kLaneDims idle). One small test, so that the sanitizers can run it whole.
 TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
   std::mt19937 rng(31);
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
-    for (int64_t hd : {48, 72, 80, 96, 112, 120, 160, 176, 192, 256}) {
+    for (int64_t hd : {24, 48, 72, 80, 96, 112, 120, 136, 160, 176, 192, 248, 256}) {
       run_case({19, 10, 2, hd, Layout::kDecode}, dt, rng);
       run_case({1, 8, 8, hd, Layout::kDecode}, dt, rng);
       run_case({133, 8, 2, hd, Layout::kPrefill}, dt, rng);
@@ -206,8 +205,8 @@ TEST_F(CudaAttentionTest, OtherHeadSizesMatchCpu) {
 }
 
 // Sliding windows of 1 key up to longer than any sequence, under both
-// kernels (tensor cores: 16-bit at 64, 80 and 128; CUDA cores: float32, and
-// head size 120): decode with splits whose keys start mid-tile (and a cap of
+// kernels (tensor cores: 16-bit at 64, 80, 120 (half a k step) and 128; CUDA
+// cores: float32): decode with splits whose keys start mid-tile (and a cap of
 // 2 splits), a prefill chunk whose 64-row tiles hold rows of different first
 // keys, and mixed runs under both tilings. One small test, so that the
 // sanitizers can run it whole.
