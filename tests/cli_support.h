@@ -1,6 +1,8 @@
 // Running the lockstep executable (and mpirun) from tests.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -35,11 +37,35 @@ inline std::string binary() {
   return LOCKSTEP_BINARY;
 }
 
+// Open MPI's session directory for this test process's mpiruns, removed at
+// exit. ctest runs test processes side by side, and under the shared default
+// (/tmp/ompi.HOST.UID) an mpirun that ends can remove the tree another is
+// creating its job's directory in; that one then fails to start (seen in CI:
+// "A call to mkdir was unable to create the desired directory:
+// /tmp/ompi.vm.0/pid.1444"). One process's mpiruns run one after another.
+inline const std::string& mpi_session_dir() {
+  struct SessionDir {
+    std::filesystem::path path;
+    SessionDir() : path(std::filesystem::temp_directory_path() / ("lockstep_ompi_" + std::to_string(getpid()))) {
+      std::filesystem::create_directories(path);
+    }
+    ~SessionDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const SessionDir dir;
+  static const std::string text = dir.path.string();
+  return text;
+}
+
 // mpirun with what running as root in a container needs; --oversubscribe
-// because CI has 2 cores and the tests start up to 4 ranks.
+// because CI has 2 cores and the tests start up to 4 ranks; its own session
+// directory (mpi_session_dir; Open MPI 4 reads orte_tmpdir_base, 5 prte's).
 inline std::string mpirun(int ranks) {
   return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-         "mpirun --oversubscribe --bind-to none -np " + std::to_string(ranks) + " ";
+         "OMPI_MCA_orte_tmpdir_base=" + mpi_session_dir() + " PRTE_MCA_prte_tmpdir_base=" + mpi_session_dir() +
+         " mpirun --oversubscribe --bind-to none -np " + std::to_string(ranks) + " ";
 }
 
 // Runs `args` through the shell (with a hard time limit, so a hang fails the
