@@ -107,7 +107,7 @@ __device__ void tc_scores_by_key_group(const TcTile<T, HD>& s, int k0, const TcQ
       mma_16816<T>(sc[j], q.f[ks], b[0], b[1]);
       mma_16816<T>(sc[j], q.f[ks + 1], b[2], b[3]);
     }
-    if constexpr (HD / 16 % 2 == 1) {  // the last 16 dimensions alone (head_dim 80)
+    if constexpr (HD / 16 % 2 == 1) {  // the last 16 dimensions alone (e.g. head_dim 80)
       constexpr int ks = HD / 16 - 1;
       uint32_t b[2];
       ldmatrix_x2(b, &s.k[k0 + 8 * j + lane % 8][16 * ks + 8 * (lane / 8 % 2)]);
