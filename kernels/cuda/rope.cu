@@ -1,16 +1,24 @@
 // Per-head q/k RMSNorm (when weights are given) and rotary embedding, in
-// place on the fused QKV rows. One block per (token, group of kRopeWarps
-// heads, v heads included), each warp one head, so that a decode token's
-// 40-odd heads run in parallel rather than five after another per warp.
+// place on the fused QKV rows. Each block takes one token's heads (v heads
+// included) from a group of kRopeWarps · heads_per_warp, each warp a head at
+// a time: in decode a warp takes one head, so that a token's 40-odd heads run
+// in parallel rather than five after another per warp; a long prompt's tokens
+// fill the GPU by themselves, and there a block takes more of its token's
+// heads, so that fewer blocks repeat the token's cos/sin table and row scale.
 // Each block with a q or k head computes the token's cos/sin table in double
 // precision (angles reach 1e5 radians and more at long context, where a
 // float32 angle is off by several 1e-3).
-// Values are read once, rotated in float32, written once;
+// Values are read once (in a long prompt's launch two neighbours a lane
+// access, where the head size and the pointers allow), rotated in float32,
+// written once;
 // with the KV append fused in, the thread that rotates a k element also
 // writes it to the cache, and a v head's warp copies it there. After a
 // product whose input norm is folded into its weights (RowScale), each block
 // first computes its token's inverse RMS and takes every value as
 // round(value · scale + bias), v included.
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/dispatch.h"
@@ -22,6 +30,9 @@ namespace {
 
 constexpr int kRopeWarps = 8;
 constexpr int kMaxHalf = 512;  // head_dim up to 1024
+// The blocks a long prompt's launch aims for: about two waves of 256-thread
+// blocks on a Hopper GPU (132 SMs, 8 such blocks resident on each).
+constexpr int64_t kPromptBlocks = 2048;
 
 // Where the fused KV append puts each token's k and v (null caches: no append).
 template <typename T>
@@ -45,6 +56,7 @@ struct RopeArgs {
   int64_t num_heads;
   int64_t num_kv_heads;
   int64_t head_dim;
+  int64_t heads_per_warp;
   float eps;
   float cos_sin_scale;
   CacheTarget<T> cache;
@@ -54,16 +66,25 @@ struct RopeArgs {
   const T* bias;   // RowScale::bias, [row width] or null
 };
 
-// Element i of a token's row as the stage reads it: scaled and biased after a folded norm.
-template <typename T>
-__device__ __forceinline__ float stage_value(const RopeArgs<T>& a, const T* row, int64_t i, float scale) {
-  if (a.rms_x == nullptr) return to_float(row[i]);
-  return to_float(from_float<T>(to_float(row[i]) * scale + (a.bias != nullptr ? to_float(a.bias[i]) : 0.0f)));
+// Elements i .. i + V - 1 of a token's row as the stage reads them: scaled
+// and biased after a folded norm.
+template <typename T, int V>
+__device__ __forceinline__ void stage_values(const RopeArgs<T>& a, const T* row, int64_t i, float scale,
+                                             float (&out)[V]) {
+  Vec<T, V> x;
+  x.load(row + i);
+  Vec<T, V> b;
+  if (a.bias != nullptr) b.load(a.bias + i);
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    out[j] = a.rms_x == nullptr
+                 ? x.get(j)
+                 : to_float(from_float<T>(x.get(j) * scale + (a.bias != nullptr ? b.get(j) : 0.0f)));
 }
 
-// Head h of token t's row (a warp): normed when it has a weight, rotated,
-// and for a k head also written at `dst` in the cache.
-template <typename T>
+// Head h of token t's row (a warp, V neighbours a lane access): normed when
+// it has a weight, rotated, and for a k head also written at `dst` in the cache.
+template <typename T, int V>
 __device__ void norm_rotate_head(const RopeArgs<T>& a, T* row, int64_t h, int64_t dst, const float* cos_s,
                                  const float* sin_s, float scale) {
   const int lane = threadIdx.x % 32;
@@ -74,33 +95,43 @@ __device__ void norm_rotate_head(const RopeArgs<T>& a, T* row, int64_t h, int64_
   float inv = 1.0f;
   if (w != nullptr) {
     float sq = 0.0f;
-    for (int64_t i = lane; i < a.head_dim; i += 32) {
-      const float x = stage_value(a, row, first + i, scale);
-      sq += x * x;
+    for (int64_t i = lane * V; i < a.head_dim; i += 32 * V) {
+      float x[V];
+      stage_values<T, V>(a, row, first + i, scale, x);
+#pragma unroll
+      for (int j = 0; j < V; ++j) sq += x[j] * x[j];
     }
     inv = rsqrtf(warp_sum(sq) / static_cast<float>(a.head_dim) + a.eps);
   }
   T* k = h >= a.num_heads && a.cache.k_cache != nullptr
              ? a.cache.k_cache + dst + (h - a.num_heads) * a.cache.head_stride
              : nullptr;
-  for (int64_t i = lane; i < half; i += 32) {
-    float x = stage_value(a, row, first + i, scale) * inv;
-    float y = stage_value(a, row, first + i + half, scale) * inv;
-    if (w != nullptr) {
-      x *= to_float(w[i]);
-      y *= to_float(w[i + half]);
+  for (int64_t i = lane * V; i < half; i += 32 * V) {
+    float x[V], y[V];
+    stage_values<T, V>(a, row, first + i, scale, x);
+    stage_values<T, V>(a, row, first + i + half, scale, y);
+    Vec<T, V> wx, wy;
+    if (w != nullptr) wx.load(w + i), wy.load(w + i + half);
+    Vec<float, V> c, s;
+    c.load(cos_s + i);
+    s.load(sin_s + i);
+    Vec<T, V> rx, ry;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float xj = x[j] * inv, yj = y[j] * inv;
+      if (w != nullptr) xj *= wx.get(j), yj *= wy.get(j);
+      rx.set(j, xj * c.v[j] - yj * s.v[j]);
+      ry.set(j, yj * c.v[j] + xj * s.v[j]);
     }
-    const T rx = from_float<T>(x * cos_s[i] - y * sin_s[i]);
-    const T ry = from_float<T>(y * cos_s[i] + x * sin_s[i]);
-    v[i] = rx;
-    v[i + half] = ry;
-    if (k != nullptr) k[i] = rx, k[i + half] = ry;
+    rx.store(v + i);
+    ry.store(v + i + half);
+    if (k != nullptr) rx.store(k + i), ry.store(k + i + half);
   }
 }
 
-// V head h of token t's row (a warp): scaled in place after a folded norm,
-// and written to the cache with the KV append.
-template <typename T>
+// V head h of token t's row (a warp, V neighbours a lane access): scaled in
+// place after a folded norm, and written to the cache with the KV append.
+template <typename T, int V>
 __device__ void scale_append_v_head(const RopeArgs<T>& a, T* row, int64_t h, int64_t dst, float scale) {
   const int lane = threadIdx.x % 32;
   const int64_t first = h * a.head_dim;
@@ -108,22 +139,31 @@ __device__ void scale_append_v_head(const RopeArgs<T>& a, T* row, int64_t h, int
                  ? a.cache.v_cache + dst + (h - a.num_heads - a.num_kv_heads) * a.cache.head_stride
                  : nullptr;
   if (a.rms_x == nullptr && cache == nullptr) return;
-  for (int64_t i = lane; i < a.head_dim; i += 32) {
-    const T v = from_float<T>(stage_value(a, row, first + i, scale));
-    if (a.rms_x != nullptr) row[first + i] = v;
-    if (cache != nullptr) cache[i] = v;
+  for (int64_t i = lane * V; i < a.head_dim; i += 32 * V) {
+    float x[V];
+    stage_values<T, V>(a, row, first + i, scale, x);
+    Vec<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.set(j, x[j]);
+    if (a.rms_x != nullptr) out.store(row + first + i);
+    if (cache != nullptr) out.store(cache + i);
   }
 }
 
-template <typename T>
+// Block (t, g): token t's heads g·kRopeWarps·heads_per_warp onwards, warp w
+// taking every kRopeWarps-th of them from the w-th.
+template <typename T, int V>
 __global__ void qk_norm_rope_kernel(RopeArgs<T> a) {
-  __shared__ float cos_s[kMaxHalf];
-  __shared__ float sin_s[kMaxHalf];
+  __shared__ alignas(16) float cos_s[kMaxHalf];
+  __shared__ alignas(16) float sin_s[kMaxHalf];
   start_after_producers();
   const int64_t t = blockIdx.x;
+  const int64_t rotated_heads = a.num_heads + a.num_kv_heads;
+  const int64_t all_heads = rotated_heads + a.num_kv_heads;
+  const int64_t first_head = static_cast<int64_t>(blockIdx.y) * kRopeWarps * a.heads_per_warp;
   const double position = static_cast<double>(a.positions[t]);
   // A block of v heads only (the last ones of a token) rotates nothing.
-  const bool rotates = static_cast<int64_t>(blockIdx.y) * kRopeWarps < a.num_heads + a.num_kv_heads;
+  const bool rotates = first_head < rotated_heads;
   for (int64_t i = threadIdx.x; rotates && i < a.head_dim / 2; i += blockDim.x) {
     double s, c;
     sincos(position * static_cast<double>(a.inv_freq[i]), &s, &c);
@@ -132,16 +172,27 @@ __global__ void qk_norm_rope_kernel(RopeArgs<T> a) {
   }
   const float scale = a.rms_x != nullptr ? inverse_rms(a.rms_x + t * a.rms_cols, a.rms_cols, a.rms_eps) : 1.0f;
   __syncthreads();
-  T* row = a.qkv + t * (a.num_heads + 2 * a.num_kv_heads) * a.head_dim;
+  T* row = a.qkv + t * all_heads * a.head_dim;
   const CacheTarget<T>& cache = a.cache;
   const int64_t dst =
       cache.k_cache == nullptr ? 0 : cache.slots[t] * cache.slot_stride + a.positions[t] * cache.position_stride;
-  const int64_t h = static_cast<int64_t>(blockIdx.y) * kRopeWarps + threadIdx.x / 32;
-  if (h < a.num_heads + a.num_kv_heads)
-    norm_rotate_head(a, row, h, dst, cos_s, sin_s, scale);
-  else if (h < a.num_heads + 2 * a.num_kv_heads)
-    scale_append_v_head(a, row, h, dst, scale);
+  for (int64_t n = 0; n < a.heads_per_warp; ++n) {
+    const int64_t h = first_head + n * kRopeWarps + threadIdx.x / 32;
+    if (h < rotated_heads)
+      norm_rotate_head<T, V>(a, row, h, dst, cos_s, sin_s, scale);
+    else if (h < all_heads)
+      scale_append_v_head<T, V>(a, row, h, dst, scale);
+  }
 }
+
+// Heads per warp: as many as keep the launch at kPromptBlocks blocks or more
+// (one in decode), at most all of a token's.
+int64_t rope_heads_per_warp(int64_t tokens, int64_t all_heads) {
+  const int64_t groups = ceil_div(all_heads, kRopeWarps);  // a token's blocks at one head a warp
+  return std::clamp<int64_t>(tokens * groups / kPromptBlocks, 1, groups);
+}
+
+bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 }  // namespace
 
@@ -161,6 +212,7 @@ void qk_norm_rope(const QkNormRopeParams& p, const RowScale* scale, cudaStream_t
                       .num_heads = p.num_heads,
                       .num_kv_heads = p.num_kv_heads,
                       .head_dim = p.head_dim,
+                      .heads_per_warp = 1,
                       .eps = p.eps,
                       .cos_sin_scale = p.cos_sin_scale,
                       .cache = {},
@@ -175,9 +227,23 @@ void qk_norm_rope(const QkNormRopeParams& p, const RowScale* scale, cudaStream_t
                                   .slot_stride = p.kv_append->cache.slot_stride(),
                                   .position_stride = p.kv_append->cache.position_stride(),
                                   .head_stride = p.kv_append->cache.head_stride()};
+    const int64_t all_heads = p.num_heads + 2 * p.num_kv_heads;
+    args.heads_per_warp = rope_heads_per_warp(p.tokens, all_heads);
     const dim3 grid(static_cast<unsigned>(p.tokens),
-                    static_cast<unsigned>(ceil_div(p.num_heads + 2 * p.num_kv_heads, kRopeWarps)));
-    LS_LAUNCH("qk_norm_rope_kernel", qk_norm_rope_kernel<T>, grid, dim3(kRopeWarps * 32), 0, stream, args);
+                    static_cast<unsigned>(ceil_div(all_heads, kRopeWarps * args.heads_per_warp)));
+    // Two neighbours a lane access, for a long prompt only: the head's halves
+    // even, every pointer the kernel offsets aligned to two elements. In a
+    // decode step the pair kernel ran faster itself but slowed the attention
+    // after it more (llama3-8b at batch 32 on an H100: 7.54 ms a step against
+    // 7.49 with one element a lane access, the same as before the pairs).
+    const size_t pair = 2 * sizeof(T);
+    const bool pairs = args.heads_per_warp > 1 && p.head_dim % 4 == 0 && aligned_to(args.qkv, pair) &&
+                       aligned_to(args.q_norm, pair) && aligned_to(args.k_norm, pair) && aligned_to(args.bias, pair) &&
+                       aligned_to(args.cache.k_cache, pair) && aligned_to(args.cache.v_cache, pair);
+    if (pairs)
+      LS_LAUNCH("qk_norm_rope_kernel", (qk_norm_rope_kernel<T, 2>), grid, dim3(kRopeWarps * 32), 0, stream, args);
+    else
+      LS_LAUNCH("qk_norm_rope_kernel", (qk_norm_rope_kernel<T, 1>), grid, dim3(kRopeWarps * 32), 0, stream, args);
   });
 }
 

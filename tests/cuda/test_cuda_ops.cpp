@@ -94,7 +94,11 @@ TEST_F(CudaOpTest, QkNormRopeMatchesCpu) {
   const std::vector<RopeCase> cases{{4, 4, 64, false, RopeType::kDefault}, {8, 2, 128, true, RopeType::kDefault},
                                     {10, 2, 64, true, RopeType::kLlama3},   {16, 2, 128, false, RopeType::kLlama3},
                                     {8, 1, 256, true, RopeType::kDefault},  {32, 8, 128, false, RopeType::kLlama3},
-                                    {8, 2, 128, true, RopeType::kYarn}};
+                                    {8, 2, 128, true, RopeType::kYarn},
+                                    // head_dim 2 mod 4: one element a lane access
+                                    {3, 1, 18, true, RopeType::kDefault},   {6, 2, 10, false, RopeType::kLlama3},
+                                    // 36 heads: 989 tokens take two heads a warp, the last block four heads
+                                    {28, 4, 64, true, RopeType::kDefault},  {32, 8, 128, true, RopeType::kYarn}};
   for (DType dt : all_dtypes())
     for (int64_t tokens : odd_rows())
       for (const RopeCase& rc : cases) {
@@ -165,8 +169,10 @@ TEST_F(CudaOpTest, LinearMatchesCpu) {
 // CPU's).
 TEST_F(CudaOpTest, QkNormRopeKvAppendMatchesCpu) {
   std::mt19937 rng(7);
+  // 32/8 heads: 989 tokens take two heads a warp; head_dim 18: one element a lane access.
   const std::vector<RopeCase> cases{{8, 2, 128, true, RopeType::kLlama3}, {5, 5, 64, false, RopeType::kDefault},
-                                    {4, 1, 16, false, RopeType::kDefault}};
+                                    {4, 1, 16, false, RopeType::kDefault}, {32, 8, 64, true, RopeType::kLlama3},
+                                    {4, 2, 18, true, RopeType::kDefault}};
   for (DType dt : all_dtypes())
     for (int64_t tokens : odd_rows())
       for (const RopeCase& rc : cases)
@@ -343,17 +349,19 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
                                          {256, 4, 2, 128, false, true, true},  {256, 4, 2, 128, false, false, false},
                                          {256, 4, 2, 128, true, false, false, true},
                                          {256, 4, 2, 128, true, true, false, true},
-                                         {136, 5, 1, 64, false, false, false, true}};
+                                         {136, 5, 1, 64, false, false, false, true},
+                                         {64, 32, 8, 64, true, true, false, true}};
   const RopeConfig llama3{.type = RopeType::kLlama3, .theta = 500000.0, .factor = 8.0, .low_freq_factor = 1.0,
                           .high_freq_factor = 4.0, .original_max_position = 8192};
   // YaRN also scales cos and sin (the GEMV's fused rotation and the rope kernel).
   const RopeConfig yarn{.type = RopeType::kYarn, .theta = 1000000.0, .factor = 4.0,
                         .original_max_position = 32768, .attention_factor = 0.1 * std::log(4.0) + 1.0};
   for (DType dt : all_dtypes())
-    for (int64_t rows : {1, 2, 3, 7, 130})
+    for (int64_t rows : {1, 2, 3, 7, 130, 700})
       for (const RopeStageCase& rc : cases)
         for (const RopeConfig& rope : {llama3, yarn}) {
-        if (rows == 130 && !rc.folded) continue;  // 130 rows: the folded norm normed into scratch first
+        if (rows >= 130 && !rc.folded) continue;  // 130 rows: the folded norm normed into scratch first
+        if (rows == 700 && rc.heads < 32) continue;  // 700 rows of 48 heads: two heads a warp in the rope kernel
         const std::vector<float> inv_freq = rope_inv_freq(rope, rc.head_dim);
         const KvCacheShape cache{.num_slots = 4, .max_seq = 3000, .num_kv_heads = rc.kv_heads, .head_dim = rc.head_dim};
         const int64_t out = (rc.heads + 2 * rc.kv_heads) * rc.head_dim;
@@ -365,7 +373,7 @@ TEST_F(CudaOpTest, LinearRopeStageMatchesCpu) {
         std::vector<float> v = random_cache_values(cache.num_slots * cache.slot_stride(), dt, rng);
         std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
         for (int64_t t = 0; t < rows; ++t)
-          slots[t] = static_cast<int32_t>(t % 4), pos[t] = static_cast<int32_t>(2999 - (rows > 7 ? 23 : 411) * t);
+          slots[t] = static_cast<int32_t>(t % 4), pos[t] = static_cast<int32_t>(2999 - (rows > 130 ? 4 : rows > 7 ? 23 : 411) * t);
         // The input norm with the residual add (the QKV product of a layer after the first).
         std::vector<float> res = random_values(rows * rc.in, dt, rng, 4.0f), nw = random_values(rc.in, dt, rng);
         std::vector<float> res_out(res.size()), normed(x.size());
