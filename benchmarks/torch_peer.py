@@ -23,6 +23,8 @@ import torch.nn.functional as F
 SHAPES = {
     "llama3-8b": dict(hidden=4096, inter=14336, layers=32, heads=32, kv_heads=8, head_dim=128, vocab=128256,
                       theta=500000.0, eps=1e-5),
+    "llama3.2-1b": dict(hidden=2048, inter=8192, layers=16, heads=32, kv_heads=8, head_dim=64, vocab=128256,
+                        theta=500000.0, eps=1e-5),
     "small": dict(hidden=768, inter=2048, layers=12, heads=12, kv_heads=4, head_dim=64, vocab=16384,
                   theta=10000.0, eps=1e-5),
 }
