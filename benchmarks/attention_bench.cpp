@@ -13,9 +13,10 @@
 // the step, after the small rope kernel and before cuBLASLt's o_proj) takes
 // longer (H100, batch 32: 45.5 us a launch here, 50.9-51.1 us from a launch's
 // first block to its last under kernel_timeline; benchmarks/RESULTS.md).
-// Run: build/attention_bench [iterations] [ctx] [batch cap [head_dim]]
+// Run: build/attention_bench [iterations] [ctx] [batch cap [head_dim [pdl]]]
 // (batch and cap select one row, e.g. for a profiler; head_dim, default 128,
-// another head size with the same heads).
+// another head size with the same heads; pdl 0 launches each attention only
+// once the one before has ended, so that every launch's ramp and tail show).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows = all_rows();
   if (argc > 4) rows = {Row{std::atoll(argv[3]), std::atoll(argv[4])}};
   const int64_t head_dim = argc > 5 ? std::atoll(argv[5]) : 128;
+  if (argc > 6 && std::atoi(argv[6]) == 0) lockstep::cuda::set_overlapped_launches(false);
   cudaStream_t stream;
   LS_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int num_sms = 0;
