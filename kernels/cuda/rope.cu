@@ -30,8 +30,8 @@ namespace {
 
 constexpr int kRopeWarps = 8;
 constexpr int kMaxHalf = 512;  // head_dim up to 1024
-// The blocks a long prompt's launch aims for: about two waves of 256-thread
-// blocks on a Hopper GPU (132 SMs, 8 such blocks resident on each).
+// The blocks a long prompt's launch keeps at least: several waves on a Hopper
+// GPU (132 SMs, 3-4 of these 256-thread blocks resident on each).
 constexpr int64_t kPromptBlocks = 2048;
 
 // Where the fused KV append puts each token's k and v (null caches: no append).
