@@ -229,6 +229,13 @@ int64_t line_integer(const nlohmann::ordered_json& line, const char* key, int64_
                                 : (v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(d));
 }
 
+// A --prompts-file line's number setting `key` (its range is checked with the rest).
+double line_number(const nlohmann::ordered_json& line, const char* key) {
+  const nlohmann::ordered_json& v = line[key];
+  LS_REQUIRE(v.is_number(), ErrorKind::kInvalidArgument, "\"{}\" must be a number, got {}", key, v.dump());
+  return v.get<double>();
+}
+
 // A --prompts-file line's own settings over the command line's.
 GenerationRequest request_settings(const nlohmann::ordered_json& line, const GenerationRequest& shared,
                                    const std::string& where) {
@@ -242,9 +249,9 @@ GenerationRequest request_settings(const nlohmann::ordered_json& line, const Gen
         spdlog::warn("{}: key \"{}\" is not used (known: {})", where, key, fmt::join(kPromptsFileKeys, ", "));
     constexpr int64_t kMost = int64_t{1} << 53;  // exact in a JSON double
     if (line.contains("max_new_tokens")) r.max_new_tokens = line_integer(line, "max_new_tokens", 1, kMost);
-    if (line.contains("temperature")) r.sampling.temperature = line["temperature"].get<double>();
+    if (line.contains("temperature")) r.sampling.temperature = line_number(line, "temperature");
     if (line.contains("top_k")) r.sampling.top_k = line_integer(line, "top_k", 0, kMost);
-    if (line.contains("top_p")) r.sampling.top_p = line["top_p"].get<double>();
+    if (line.contains("top_p")) r.sampling.top_p = line_number(line, "top_p");
     if (line.contains("seed")) {
       LS_REQUIRE(line["seed"].is_number_unsigned(), ErrorKind::kInvalidArgument,
                  "\"seed\" must be an integer >= 0, got {}", line["seed"].dump());
@@ -301,6 +308,7 @@ void encode_prompt_line(const ModelRunConfig& c, const TextOptions& t, const nlo
   if (line.contains("messages")) {
     LS_REQUIRE(line["messages"].is_array() && !line["messages"].empty(), ErrorKind::kInvalidArgument,
                "messages must be a non-empty list");
+    check_messages(line["messages"], "messages");  // as --messages checks its file
     prompt = tokenizer->encode(render_conversation(t.chat, c.engine.model_dir, line["messages"]));
     return;
   }

@@ -315,7 +315,7 @@ TEST_F(Cli, PromptsFileErrorsNameTheLine) {
   expect_clean_failure(with_lines("\n\n"), {"holds no prompts"});
   expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"temperature\": -1}\n"), {"line 1", "temperature"});
   expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"max_new_tokens\": \"x\"}\n"), {"line 1", "must be an integer"});
-  expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"top_p\": \"x\"}\n"), {"line 1", "wrong type"});
+  expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"top_p\": \"x\"}\n"), {"line 1", "\"top_p\" must be a number"});
   expect_clean_failure(with_lines("{\"prompt_ids\": [1], \"max_new_tokens\": -3}\n"), {"line 1", "max_new_tokens"});
   expect_clean_failure(generate(model, "--prompts-file " + (dir_ / "none.jsonl").string()), {"none.jsonl"});
   std::ofstream(dir_ / "ok.jsonl") << "{\"prompt_ids\": [1]}\n";

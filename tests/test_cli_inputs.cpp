@@ -108,6 +108,15 @@ TEST_F(CliInputs, PromptsFileSettingsAreStrict) {
                        {"\"top_k\" must be an integer", "2.7"});
   expect_clean_failure(prompts_line(model, R"({"prompt_ids": [1], "seed": -1})"), {"\"seed\"", ">= 0", "-1"});
   expect_clean_failure(prompts_line(model, R"({"prompt_ids": [1], "seed": 1.5})"), {"\"seed\"", "1.5"});
+  // A number setting of the wrong type is named, not left to a JSON library's message.
+  expect_clean_failure(prompts_line(model, R"({"prompt_ids": [1], "temperature": "hot"})"),
+                       {"line 1", "\"temperature\" must be a number", "hot"});
+  expect_clean_failure(prompts_line(model, R"({"prompt_ids": [1], "top_p": [0.5]})"), {"\"top_p\" must be a number"});
+  // A line's "messages" are held to what --messages holds its file to: each
+  // an object with a string "role" (else a template renders 7 as nothing).
+  for (const char* messages : {R"([{"role": "user", "content": "hi"}, 7])", R"([{"role": "user", "content": "hi"}, {"role": 5}])"})
+    expect_clean_failure(prompts_line(model, std::string(R"({"messages": )") + messages + "}"),
+                         {"line 1", "message 1 is not an object with a string \"role\""});
   // Other keys are not read (a dataset's "id"), and named so that a misspelt setting shows.
   CommandResult typo = prompts_line(model, R"({"prompt_ids": [1], "temprature": 0.5, "id": "a"})");
   EXPECT_EQ(typo.exit_code, 0) << typo.err;

@@ -376,6 +376,58 @@ TEST(Tokenizer, RefusesUnsupportedTypesByName) {
   expect_refused([](nlohmann::json& j) { j["model"]["vocab"]["x"] = "seven"; }, "not an integer");
 }
 
+// model.vocab and model.merges are read by a SAX handler: a null, boolean
+// or fraction there is refused as a string or an object is, not dropped (a
+// token silently missing from the vocab) or stored over the model's own
+// keys ({"byte_fallback": false} in the vocab turned byte fallback off).
+TEST(Tokenizer, RefusesNonIntegerIdsAndNonStringMerges) {
+  for (const nlohmann::json& id : {nlohmann::json(nullptr), nlohmann::json(true), nlohmann::json(7.5)}) {
+    expect_refused([&](nlohmann::json& j) { j["model"]["vocab"]["\xC4\x85"] = id; }, "vocab id of");
+    expect_refused([&](nlohmann::json& j) { j["model"]["vocab"]["byte_fallback"] = id; }, "'byte_fallback'");
+    expect_refused([&](nlohmann::json& j) { j["model"]["merges"].insert(j["model"]["merges"].begin(), id); },
+                   "merge 0 is not");
+    expect_refused(
+        [&](nlohmann::json& j) {
+          j["model"]["merges"].insert(j["model"]["merges"].begin(), nlohmann::json::array({"\xC4\xA0", id, "t"}));
+        },
+        "merge 0 is not");
+  }
+  // expect_refused writes the merges before the vocab (sorted keys); the
+  // fixture as written has them after it.
+  std::string text = read_file(data_dir() / "fixtures" / "gen300.json");
+  const size_t merges = text.find("\"merges\": [");
+  ASSERT_NE(merges, std::string::npos);
+  ASSERT_LT(text.find("\"vocab\": {"), merges);
+  text.insert(merges + std::string("\"merges\": [").size(), "null,");
+  const fs::path path = temp_path("null_merge_tokenizer.json");
+  std::ofstream(path) << text;
+  expect_error([&] { Tokenizer::load(path); }, ErrorKind::kModel, {"tokenizer.json: merge 0 is not"});
+  fs::remove(path);
+}
+
+// A Strip decoder's start is a count: -1 stripped every leading space in
+// decode() and none while streaming, 2^32 + 1 was read as 1.
+TEST(Tokenizer, StripDecoderStartMustBeACount) {
+  for (const int64_t start : {int64_t{-1}, int64_t{1} << 31, (int64_t{1} << 32) + 1})
+    expect_refused(
+        [&](nlohmann::json& j) {
+          j["pre_tokenizer"] = nullptr;
+          j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}};
+          j["decoder"] = {{"type", "Sequence"},
+                          {"decoders",
+                           {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                            {{"type", "Strip"}, {"content", " "}, {"start", start}, {"stop", 0}}}}};
+        },
+        "decoder Strip start " + std::to_string(start) + " is not a count of spaces");
+}
+
+// PCRE2's (*NO_JIT) verb leaves a pattern without JIT code, which every
+// match would then fail on: refused when the tokenizer loads.
+TEST(Tokenizer, SplitRegexThatTurnsJitOffIsRefused) {
+  expect_refused([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(*NO_JIT)a"; },
+                 "(*NO_JIT)");
+}
+
 TEST(Tokenizer, GeneratedByteLevelBpeLoadsAndRoundTrips) {
   for (int32_t vocab : {260, 300, 4096}) {
     fs::path path = temp_path("gen" + std::to_string(vocab) + ".json");

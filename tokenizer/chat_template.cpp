@@ -260,14 +260,18 @@ nlohmann::ordered_json parse_template_json(const std::string& text, const std::s
   return j;
 }
 
+void check_messages(const nlohmann::ordered_json& messages, const std::string& what) {
+  LS_REQUIRE(messages.is_array() && !messages.empty(), ErrorKind::kInvalidArgument,
+             "{}: expected a non-empty list of messages", what);
+  for (size_t i = 0; i < messages.size(); ++i)
+    LS_REQUIRE(messages[i].is_object() && messages[i].contains("role") && messages[i]["role"].is_string(),
+               ErrorKind::kInvalidArgument, "{}: message {} is not an object with a string \"role\"", what, i);
+}
+
 nlohmann::ordered_json read_messages_file(const std::filesystem::path& path) {
-  const nlohmann::ordered_json j = parse_template_json(read_text(path, "messages file"),
-                                                      fmt::format("messages file {}", path.string()));
-  LS_REQUIRE(j.is_array() && !j.empty(), ErrorKind::kInvalidArgument,
-             "messages file {}: expected a non-empty list of messages", path.string());
-  for (size_t i = 0; i < j.size(); ++i)
-    LS_REQUIRE(j[i].is_object() && j[i].contains("role") && j[i]["role"].is_string(), ErrorKind::kInvalidArgument,
-               "messages file {}: message {} is not an object with a string \"role\"", path.string(), i);
+  const std::string what = fmt::format("messages file {}", path.string());
+  nlohmann::ordered_json j = parse_template_json(read_text(path, "messages file"), what);
+  check_messages(j, what);
   return j;
 }
 

@@ -81,8 +81,12 @@ class ChatTemplate {
 // source in errors.
 nlohmann::ordered_json parse_template_json(const std::string& text, const std::string& what);
 
-// A conversation from a JSON file: a list of messages, each an object with a
-// string "role" (and usually "content"); throws naming what is wrong.
+// A conversation: a non-empty list of messages, each an object with a string
+// "role" (and usually "content"); throws kInvalidArgument naming `what` and
+// the message that is wrong.
+void check_messages(const nlohmann::ordered_json& messages, const std::string& what);
+
+// A conversation from a JSON file, checked as check_messages does.
 nlohmann::ordered_json read_messages_file(const std::filesystem::path& path);
 
 }  // namespace lockstep

@@ -16,26 +16,20 @@ class Handler : public nlohmann::json_sax<json> {
  public:
   explicit Handler(TokenizerJson& out) : out_(out) {}
 
-  bool null() override { return add(json()); }
-  bool boolean(bool v) override { return add(json(v)); }
+  bool null() override { return scalar(json()); }
+  bool boolean(bool v) override { return scalar(json(v)); }
   bool number_integer(number_integer_t v) override { return number(v); }
   bool number_unsigned(number_unsigned_t v) override {
     return number(v > (1ULL << 40) ? -1 : static_cast<int64_t>(v));
   }
-  bool number_float(number_float_t v, const string_t&) override {
-    LS_REQUIRE(mode_ != Mode::kVocab, ErrorKind::kModel,
-               "tokenizer.json: vocab id of '{}' is not an integer", key_);
-    return add(json(v));
-  }
-  bool binary(binary_t&) override { return add(json()); }
+  bool number_float(number_float_t v, const string_t&) override { return scalar(json(v)); }
+  bool binary(binary_t&) override { return scalar(json()); }
   bool string(string_t& v) override {
     if (mode_ == Mode::kMerges) {
       merge_string(v);
       return true;
     }
-    LS_REQUIRE(mode_ != Mode::kVocab, ErrorKind::kModel,
-               "tokenizer.json: vocab id of '{}' is not an integer", key_);
-    return add(json(std::move(v)));
+    return scalar(json(std::move(v)));
   }
   bool key(string_t& v) override {
     key_ = std::move(v);
@@ -98,6 +92,16 @@ class Handler : public nlohmann::json_sax<json> {
   enum class Mode { kDom, kVocab, kMerges };
 
   size_t rank() const { return out_.merges.size() + out_.unresolved_merges.size(); }
+
+  // A value other than an integer id (in model.vocab) or a string (in
+  // model.merges) is refused there, as Hugging Face refuses it, rather than
+  // stored over the model object's own key; elsewhere it goes into the DOM.
+  bool scalar(json v) {
+    LS_REQUIRE(mode_ != Mode::kVocab, ErrorKind::kModel, "tokenizer.json: vocab id of '{}' is not an integer", key_);
+    LS_REQUIRE(mode_ != Mode::kMerges, ErrorKind::kModel,
+               "tokenizer.json: merge {} is not a string \"a b\" or a pair of strings", rank());
+    return add(std::move(v));
+  }
 
   bool number(int64_t v) {
     if (mode_ == Mode::kVocab) {

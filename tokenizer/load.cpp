@@ -148,7 +148,13 @@ void parse_decoder(const json& j, Pipeline& p) {
   } else if (type == "Metaspace") {
     p.metaspace_decoder = metaspace_scheme(j, false);
   } else if (type == "Strip" && j.at("content") == " " && j.at("stop") == 0 && j.at("start").is_number_integer()) {
-    p.strip_leading = j["start"].get<int>();
+    // A count of spaces (Hugging Face's usize): a negative one is refused,
+    // not narrowed to an int that strips every space or, wrapped, one.
+    const int64_t start = j["start"].get<int64_t>();
+    LS_REQUIRE(start >= 0 && start <= INT32_MAX, ErrorKind::kModel,
+               "tokenizer.json: decoder Strip start {} is not a count of spaces (0 to {})", j["start"].dump(),
+               INT32_MAX);
+    p.strip_leading = static_cast<int>(start);
   } else {
     // ByteFallback and Fuse are what decoding token bytes in order does anyway.
     LS_REQUIRE(type == "ByteFallback" || type == "Fuse", ErrorKind::kModel,

@@ -102,6 +102,13 @@ RegexSplitter::RegexSplitter(const std::string& pattern) {
     LS_FAIL(ErrorKind::kModel, "tokenizer.json: Split regex cannot be JIT-compiled: {}",
             pcre2_message(jit));
   }
+  // A (*NO_JIT) verb makes pcre2_jit_compile succeed without JIT code, and
+  // every pcre2_jit_match then fail: refuse the pattern here instead.
+  size_t jit_size = 0;
+  if (pcre2_pattern_info(code, PCRE2_INFO_JITSIZE, &jit_size) != 0 || jit_size == 0) {
+    pcre2_code_free(code);
+    LS_FAIL(ErrorKind::kModel, "tokenizer.json: Split regex cannot be JIT-compiled (it turns JIT off: (*NO_JIT))");
+  }
   code_ = code;
 }
 
