@@ -13,8 +13,9 @@
 // the step, after the small rope kernel and before cuBLASLt's o_proj) takes
 // longer (H100, batch 32: 45.5 us a launch here, 50.9-51.1 us from a launch's
 // first block to its last under kernel_timeline; benchmarks/RESULTS.md).
-// Run: build/attention_bench [iterations] [ctx] [batch cap [head_dim [pdl]]]
-// (batch and cap select one row, e.g. for a profiler; head_dim, default 128,
+// Run: build/attention_bench [iterations] [ctx] [batches caps [head_dim [pdl]]]
+// (batches and caps, comma-separated lists, select the rows of every pair,
+// e.g. `1 0` one row for a profiler, `1,8 0,2,3` six; head_dim, default 128,
 // another head size with the same heads; pdl 0 launches each attention only
 // once the one before has ended, so that every launch's ramp and tail show).
 #include <cuda_runtime.h>
@@ -68,13 +69,39 @@ std::vector<Row> all_rows() {
   return rows;
 }
 
+// "1,8,32" -> {1, 8, 32}; fails on anything but non-negative integers.
+std::vector<int64_t> parse_list(const char* text) {
+  std::vector<int64_t> out;
+  for (const char* at = text; *at != '\0';) {
+    char* end = nullptr;
+    const long long v = std::strtoll(at, &end, 10);
+    if (end == at || v < 0 || (*end != ',' && *end != '\0')) {
+      std::fprintf(stderr, "attention_bench: bad list '%s' (comma-separated integers >= 0)\n", text);
+      std::exit(2);
+    }
+    out.push_back(v);
+    at = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 20;
   const int64_t ctx = argc > 2 ? std::atoll(argv[2]) : 1024;
   std::vector<Row> rows = all_rows();
-  if (argc > 4) rows = {Row{std::atoll(argv[3]), std::atoll(argv[4])}};
+  if (argc > 4) {
+    rows.clear();
+    for (int64_t batch : parse_list(argv[3]))
+      for (int64_t cap : parse_list(argv[4])) rows.push_back(Row{batch, cap});
+    for (const Row& r : rows)
+      if (r.batch < 1 || r.batch > kMaxBatch) {
+        std::fprintf(stderr, "attention_bench: batch %lld is outside 1-%lld\n", static_cast<long long>(r.batch),
+                     static_cast<long long>(kMaxBatch));
+        return 2;
+      }
+  }
   const int64_t head_dim = argc > 5 ? std::atoll(argv[5]) : 128;
   if (argc > 6 && std::atoi(argv[6]) == 0) lockstep::cuda::set_overlapped_launches(false);
   cudaStream_t stream;
