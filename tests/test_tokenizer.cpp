@@ -376,6 +376,17 @@ TEST(Tokenizer, RefusesUnsupportedTypesByName) {
   expect_refused([](nlohmann::json& j) { j["model"]["vocab"]["x"] = "seven"; }, "not an integer");
 }
 
+// A value of the wrong JSON type deep in a section is named by its section,
+// not only by the JSON library's message.
+TEST(Tokenizer, WrongTypesNameTheirSection) {
+  expect_refused([](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = 5; },
+                 "unexpected structure in pre_tokenizer");
+  expect_refused([](nlohmann::json& j) { j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", 5}}; },
+                 "unexpected structure in post_processor");
+  expect_refused([](nlohmann::json& j) { j["added_tokens"] = {{{"id", 1}, {"content", 7}}}; },
+                 "unexpected structure in added_tokens");
+}
+
 // model.vocab and model.merges are read by a SAX handler: a null, boolean
 // or fraction there is refused as a string or an object is, not dropped (a
 // token silently missing from the vocab) or stored over the model's own

@@ -399,25 +399,33 @@ Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
   tok_detail::TokenizerJson file = tok_detail::read_tokenizer_json(path);
   const json& root = file.root;
   auto impl = std::make_unique<TokenizerImpl>();
+  const char* section = "the top level";  // named when a value there has the wrong shape
   try {
     LS_REQUIRE(root.is_object() && root.contains("model"), ErrorKind::kModel,
                "{} has no \"model\"", path.string());
     Pipeline pipeline;
+    section = "normalizer";
     parse_normalizer(root.value("normalizer", json()), *impl, pipeline);
+    section = "pre_tokenizer";
     json pre = root.value("pre_tokenizer", json());
     if (!pre.is_null()) parse_pre_tokenizer(pre, *impl, pipeline);
+    section = "decoder";
     parse_decoder(root.value("decoder", json()), pipeline);
+    section = "the pipeline";
     check_pipeline(pipeline, *impl);
     for (const char* key : {"truncation", "padding"}) {
       if (root.contains(key) && !root[key].is_null()) {
         spdlog::warn("{}: \"{}\" is set and ignored", path.string(), key);
       }
     }
+    section = "model";
     build_model(root["model"], file, *impl);
+    section = "added_tokens";
     add_added_tokens(root.value("added_tokens", json()), *impl);
+    section = "post_processor";
     parse_post_processor(root.value("post_processor", json()), *impl);
   } catch (const json::exception& e) {
-    LS_FAIL(ErrorKind::kModel, "{}: unexpected structure: {}", path.string(), e.what());
+    LS_FAIL(ErrorKind::kModel, "{}: unexpected structure in {}: {}", path.string(), section, e.what());
   }
   Tokenizer tokenizer(std::move(impl));
   spdlog::debug("loaded {} ({} ids) in {:.3f} s", path.string(), tokenizer.vocab_size(),
