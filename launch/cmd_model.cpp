@@ -306,9 +306,7 @@ void encode_prompt_line(const ModelRunConfig& c, const TextOptions& t, const nlo
   }
   if (!tokenizer) tokenizer.emplace(load_tokenizer(c.engine.model_dir, t.tokenizer));
   if (line.contains("messages")) {
-    LS_REQUIRE(line["messages"].is_array() && !line["messages"].empty(), ErrorKind::kInvalidArgument,
-               "messages must be a non-empty list");
-    check_messages(line["messages"], "messages");  // as --messages checks its file
+    check_messages(line["messages"], "\"messages\"");  // as --messages checks its file
     prompt = tokenizer->encode(render_conversation(t.chat, c.engine.model_dir, line["messages"]));
     return;
   }

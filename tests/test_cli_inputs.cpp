@@ -114,9 +114,13 @@ TEST_F(CliInputs, PromptsFileSettingsAreStrict) {
   expect_clean_failure(prompts_line(model, R"({"prompt_ids": [1], "top_p": [0.5]})"), {"\"top_p\" must be a number"});
   // A line's "messages" are held to what --messages holds its file to: each
   // an object with a string "role" (else a template renders 7 as nothing).
-  for (const char* messages : {R"([{"role": "user", "content": "hi"}, 7])", R"([{"role": "user", "content": "hi"}, {"role": 5}])"})
+  for (const char* messages :
+       {R"([{"role": "user", "content": "hi"}, 7])", R"([{"role": "user", "content": "hi"}, {"role": 5}])"})
     expect_clean_failure(prompts_line(model, std::string(R"({"messages": )") + messages + "}"),
                          {"line 1", "message 1 is not an object with a string \"role\""});
+  for (const char* messages : {"[]", "{}", "\"hi\""})
+    expect_clean_failure(prompts_line(model, std::string(R"({"messages": )") + messages + "}"),
+                         {"line 1", "\"messages\": expected a non-empty list of messages"});
   // Other keys are not read (a dataset's "id"), and named so that a misspelt setting shows.
   CommandResult typo = prompts_line(model, R"({"prompt_ids": [1], "temprature": 0.5, "id": "a"})");
   EXPECT_EQ(typo.exit_code, 0) << typo.err;
