@@ -23,6 +23,19 @@ ProcessIdentity& process_identity() {
   return identity;
 }
 
+std::string escape_nul(const std::string& message) {
+  if (message.find('\0') == std::string::npos) return message;
+  std::string out;
+  out.reserve(message.size() + 8);
+  for (char c : message) {
+    if (c == '\0')
+      out += "\\x00";
+    else
+      out += c;
+  }
+  return out;
+}
+
 void throw_error(ErrorKind kind, const std::string& message) { throw Error(kind, message); }
 
 void throw_check_failure(ErrorKind kind, const char* statement, const std::string& detail,

@@ -27,10 +27,14 @@ enum class ErrorKind {
 
 const char* error_kind_name(ErrorKind kind);
 
+// `message` with each NUL byte written as the text \x00: what() is a C
+// string, and a NUL from an input (a JSON "\u0000") would cut it short.
+std::string escape_nul(const std::string& message);
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message)
-      : std::runtime_error(message), kind_(kind) {}
+      : std::runtime_error(escape_nul(message)), kind_(kind) {}
   ErrorKind kind() const { return kind_; }
 
  private:

@@ -35,6 +35,11 @@ void require_model_folder(const std::filesystem::path& dir) {
   LS_REQUIRE(std::filesystem::is_directory(dir, ec), ErrorKind::kIo, "model folder not found: {}", dir.string());
 }
 
+bool path_present(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::symlink_status(path, ec));
+}
+
 void require_readable_file(const std::filesystem::path& path, std::string_view what) {
   namespace fs = std::filesystem;
   std::error_code ec;

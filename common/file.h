@@ -23,6 +23,10 @@ void require_readable_file(const std::filesystem::path& path, std::string_view w
 // --model, named as a file or as missing.
 void require_model_folder(const std::filesystem::path& dir);
 
+// Whether anything is at `path`, a link that dangles or loops included (so
+// that reading it then names the actual problem); never throws.
+bool path_present(const std::filesystem::path& path);
+
 // The file's bytes, after require_readable_file.
 std::string read_whole_file(const std::filesystem::path& path, std::string_view what);
 

@@ -391,10 +391,11 @@ std::string ModelConfig::summary() const {
 ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   require_model_folder(model_dir);
   auto config_path = model_dir / "config.json";
-  LS_REQUIRE(std::filesystem::exists(config_path), ErrorKind::kIo, "missing {}", config_path.string());
+  // path_present, not exists(): a link that loops is read (and named) below, not thrown as a filesystem_error.
+  LS_REQUIRE(path_present(config_path), ErrorKind::kIo, "missing {}", config_path.string());
   ModelConfig c = parse_model_config(read_json_file(config_path));
   auto gen_path = model_dir / "generation_config.json";
-  if (std::filesystem::exists(std::filesystem::symlink_status(gen_path))) {
+  if (path_present(gen_path)) {
     try {
       json g = read_json_file(gen_path);
       if (!g.is_object()) config_error(fmt::format("expected a JSON object, got {}", g.type_name()));

@@ -242,6 +242,18 @@ TEST(ChatTemplate, LoadsFromTheModelFolder) {
   EXPECT_THROW(ChatTemplate::load(dir), Error);
   std::ofstream(dir / "tokenizer_config.json") << "{not json";
   EXPECT_THROW(ChatTemplate::load(dir), Error);
+  // A link looping on itself is a lockstep::Error naming the file, not a std::filesystem_error.
+  fs::remove(dir / "tokenizer_config.json");
+  for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
+    fs::create_symlink(name, dir / name);
+    try {
+      ChatTemplate::load(dir);
+      ADD_FAILURE() << name << " looping on itself loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+    fs::remove(dir / name);
+  }
   fs::remove_all(dir);
 }
 

@@ -201,6 +201,20 @@ TEST_F(CliInputs, PathsAndFlagsThatDoNotFit) {
   expect_clean_failure(generate(sharded, "--prompt-ids 1"), {"model.safetensors.index.json", "index is not valid JSON"});
 }
 
+// A model file that is a link looping on itself is one error line naming it
+// (exit 2), not an "unexpected failure" (exit 3) from a std::filesystem call.
+TEST_F(CliInputs, LinksThatLoopAreNamed) {
+  for (const char* name : {"config.json", "tokenizer.json", "model.safetensors"}) {
+    auto model = make_model(std::string("m_") + name);
+    std::filesystem::remove(model / name);
+    std::filesystem::create_symlink(name, model / name);
+    CommandResult r = generate(model, "--prompt hi --max-new-tokens 1");
+    expect_clean_failure(r, {name, "Too many levels of symbolic links"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.find("unexpected failure"), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(CliInputs, EmptyValuesAndGlobalFlags) {
   auto model = make_model("m");
   expect_clean_failure(generate(model, "--prompt-ids 1 --dump-logits ''"), {"--dump-logits must not be empty"});

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <fstream>
@@ -414,6 +415,45 @@ TEST_F(TensorStoreFolder, TensorInTwoShards) {
   write_bytes(dir_ / "model.safetensors.index.json",
               R"({"weight_map": {"w": "a.safetensors", "w": "b.safetensors"}})");
   expect_error([&] { TensorStore store(dir_); }, ErrorKind::kModel, {"duplicate", "'w'"});
+}
+
+// A shard name with a NUL (valid in JSON) is refused: open() would stop at
+// the NUL and read another file than the one checked to lie in the folder.
+// The message keeps its text past the NUL (written \x00).
+TEST_F(TensorStoreFolder, ShardNameWithNulIsRefused) {
+  write_safetensors(dir_ / "a.safetensors", {{"w", DType::kF32, {1}}}, fill_test_values);
+  write_bytes(dir_ / "model.safetensors.index.json", R"({"weight_map": {"w": "a.safetensors\u0000/../../x"}})");
+  expect_error([&] { TensorStore store(dir_); }, ErrorKind::kModel,
+               {"'a.safetensors\\x00/../../x'", "NUL byte", "model.safetensors.index.json"});
+}
+
+// A NUL inside a header string no longer cuts the error message short.
+TEST_F(SafetensorsValidation, NulInADtypeIsNamedInFull) {
+  expect_rejected(R"({"x":{"dtype":"F16\u0000","shape":[1],"data_offsets":[0,2]}})", 2,
+                  {"'F16\\x00'", "(supported: F32, F16, BF16)"});
+}
+
+// A FIFO where a weights file goes is refused at once, not waited on for a
+// writer that never comes (open() blocked before the regular-file check).
+TEST_F(TensorStoreFolder, FifoWeightsAreRefusedNotWaitedOn) {
+  ASSERT_EQ(::mkfifo((dir_ / "model.safetensors").c_str(), 0600), 0);
+  expect_error([&] { TensorStore store(dir_); }, ErrorKind::kIo, {"model.safetensors", "not a regular file"});
+  fs::remove(dir_ / "model.safetensors");
+  write_bytes(dir_ / "model.safetensors.index.json", R"({"weight_map": {"w": "a.safetensors"}})");
+  ASSERT_EQ(::mkfifo((dir_ / "a.safetensors").c_str(), 0600), 0);
+  expect_error([&] { TensorStore store(dir_); }, ErrorKind::kIo, {"a.safetensors", "not a regular file"});
+}
+
+// A model.safetensors or index that is a link looping on itself is named as
+// such, not reported as missing (nor, with the index, as "no index").
+TEST_F(TensorStoreFolder, LoopingLinksAreNamed) {
+  fs::create_symlink("model.safetensors", dir_ / "model.safetensors");
+  expect_error([&] { TensorStore store(dir_); }, ErrorKind::kIo,
+               {"model.safetensors", "Too many levels of symbolic links"});
+  fs::remove(dir_ / "model.safetensors");
+  fs::create_symlink("model.safetensors.index.json", dir_ / "model.safetensors.index.json");
+  expect_error([&] { TensorStore store(dir_); }, ErrorKind::kIo,
+               {"model.safetensors.index.json", "Too many levels of symbolic links"});
 }
 
 // A random model generated in memory (bench --preset) holds exactly the

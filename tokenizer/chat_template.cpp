@@ -182,11 +182,11 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   const auto config_path = model_dir / "tokenizer_config.json";
   const auto jinja_path = model_dir / "chat_template.jinja";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
-  if (std::filesystem::exists(config_path)) config = read_json(config_path, "tokenizer config");
+  if (path_present(config_path)) config = read_json(config_path, "tokenizer config");
   LS_REQUIRE(config.is_object(), ErrorKind::kModel, "{} is not a JSON object", config_path.string());
-  if (std::filesystem::exists(jinja_path))
+  if (path_present(jinja_path))
     return from_source(read_template_file(jinja_path), special_tokens(config));
-  LS_REQUIRE(std::filesystem::exists(config_path), ErrorKind::kModel,
+  LS_REQUIRE(path_present(config_path), ErrorKind::kModel,
              "{} has neither chat_template.jinja nor tokenizer_config.json: give a template with --chat-template",
              model_dir.string());
   return from_source(template_of_config(config, config_path), special_tokens(config));
@@ -196,7 +196,7 @@ ChatTemplate ChatTemplate::load_file(const std::filesystem::path& template_file,
                                      const std::filesystem::path& model_dir) {
   const auto config_path = model_dir / "tokenizer_config.json";
   std::map<std::string, std::string> special;
-  if (std::filesystem::exists(config_path)) {
+  if (path_present(config_path)) {
     const auto config = read_json(config_path, "tokenizer config");
     if (config.is_object()) special = special_tokens(config);
   }

@@ -196,10 +196,12 @@ TokenizerJson read_tokenizer_json(const std::filesystem::path& path) {
   if (!in.good()) {
     // A folder with only another tokenizer format: say which, and what works instead.
     for (const char* other : {"tokenizer.model", "tekken.json", "vocab.json"})
-      LS_REQUIRE(!std::filesystem::exists(path.parent_path() / other), ErrorKind::kModel,
+      LS_REQUIRE(!path_present(path.parent_path() / other), ErrorKind::kModel,
                  "no {} beside {}: lockstep reads Hugging Face tokenizer.json only (give --prompt-ids, or a "
                  "tokenizer.json with --tokenizer)", path.filename().string(), other);
-    LS_FAIL(ErrorKind::kIo, "cannot open tokenizer file {}", path.string());
+    std::error_code ec;  // why, where the filesystem says (missing, a link that loops, ...)
+    (void)std::filesystem::status(path, ec);
+    LS_FAIL(ErrorKind::kIo, "cannot open tokenizer file {}{}", path.string(), ec ? ": " + ec.message() : "");
   }
   require_readable_file(path, "tokenizer file");  // not a folder
   in.seekg(0, std::ios::end);

@@ -395,7 +395,8 @@ void parse_post_processor(const json& j, TokenizerImpl& impl) {
 Tokenizer Tokenizer::load(const std::filesystem::path& tokenizer_json) {
   auto start = std::chrono::steady_clock::now();
   std::filesystem::path path = tokenizer_json;
-  if (std::filesystem::is_directory(path)) path /= "tokenizer.json";
+  std::error_code ec;  // a link that loops is named by the read below
+  if (std::filesystem::is_directory(path, ec)) path /= "tokenizer.json";
   tok_detail::TokenizerJson file = tok_detail::read_tokenizer_json(path);
   const json& root = file.root;
   auto impl = std::make_unique<TokenizerImpl>();

@@ -277,7 +277,9 @@ int64_t TensorInfo::numel() const {
 
 SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
   const std::string file = path.string();
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (or a device) given as a shard is refused below, not
+  // waited on forever for a writer; it changes nothing for a regular file.
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   LS_REQUIRE(fd >= 0, ErrorKind::kIo, "cannot open {}: {}", file, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -351,18 +353,20 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
 TensorStore::TensorStore(const fs::path& model_dir) : model_dir_(model_dir) {
   require_model_folder(model_dir);
   std::error_code ec;
+  // path_present: a link that loops or dangles counts, so that opening it
+  // names the actual problem rather than "not found".
   // As transformers' from_pretrained: model.safetensors first, else the index.
   const fs::path index = model_dir / "model.safetensors.index.json";
   const fs::path single = model_dir / "model.safetensors";
-  const bool has_index = fs::exists(index, ec);
-  if (has_index && !fs::exists(single, ec)) {
+  const bool has_index = path_present(index);
+  if (has_index && !path_present(single)) {
     open_shards(index);
     return;
   }
   if (has_index && process_identity().rank == 0)
     spdlog::warn("{} holds both model.safetensors and model.safetensors.index.json: reading model.safetensors, "
                  "as transformers does", model_dir.string());
-  if (!fs::exists(single, ec)) {
+  if (!path_present(single)) {
     // Weights in another format: say so rather than only that safetensors are missing.
     for (const char* other : {"pytorch_model.bin", "pytorch_model.bin.index.json", "consolidated.00.pth",
                               "model.gguf"})
@@ -390,6 +394,10 @@ TensorStore::TensorStore(std::vector<GeneratedTensor> tensors, const std::string
 // Resolves a shard name from the index to a path that must lie inside the
 // model folder once `..` and symlinks are resolved.
 fs::path TensorStore::resolve_shard(const std::string& shard, const fs::path& index) const {
+  // A NUL is valid in a JSON string but in no path: open() would stop at it
+  // and read another file than the one checked below.
+  LS_REQUIRE(shard.find('\0') == std::string::npos, ErrorKind::kModel,
+             "{}: shard path '{}' holds a NUL byte", index.string(), shard);
   const fs::path relative(shard);
   LS_REQUIRE(!relative.empty() && !relative.has_root_path(), ErrorKind::kModel,
              "{}: shard path '{}' must be relative to the model folder", index.string(), shard);

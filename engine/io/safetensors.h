@@ -73,7 +73,8 @@ struct GeneratedTensor {
 };
 
 // All tensors of a model folder: model.safetensors, or the shards listed by
-// model.safetensors.index.json (every shard must lie inside the folder, every
+// model.safetensors.index.json (every shard must lie inside the folder and its
+// name hold no NUL byte; a FIFO or device is refused, not waited on; every
 // tensor named by the index must be in the shard it names, and no tensor may
 // appear twice across shards).
 //
