@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "benchmarks/cuda_bench_support.h"
+#include "common/integers.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 
@@ -69,22 +70,6 @@ std::vector<Row> all_rows() {
   return rows;
 }
 
-// "1,8,32" -> {1, 8, 32}; fails on anything but non-negative integers.
-std::vector<int64_t> parse_list(const char* text) {
-  std::vector<int64_t> out;
-  for (const char* at = text; *at != '\0';) {
-    char* end = nullptr;
-    const long long v = std::strtoll(at, &end, 10);
-    if (end == at || v < 0 || (*end != ',' && *end != '\0')) {
-      std::fprintf(stderr, "attention_bench: bad list '%s' (comma-separated integers >= 0)\n", text);
-      std::exit(2);
-    }
-    out.push_back(v);
-    at = *end == ',' ? end + 1 : end;
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -93,12 +78,18 @@ int main(int argc, char** argv) {
   std::vector<Row> rows = all_rows();
   if (argc > 4) {
     rows.clear();
-    for (int64_t batch : parse_list(argv[3]))
-      for (int64_t cap : parse_list(argv[4])) rows.push_back(Row{batch, cap});
+    try {
+      for (int64_t batch : lockstep::parse_int_list(argv[3], "batches", "batch size"))
+        for (int64_t cap : lockstep::parse_int_list(argv[4], "caps", "split cap")) rows.push_back(Row{batch, cap});
+    } catch (const lockstep::Error& e) {
+      std::fprintf(stderr, "attention_bench: %s\n", e.what());
+      return 2;
+    }
     for (const Row& r : rows)
-      if (r.batch < 1 || r.batch > kMaxBatch) {
-        std::fprintf(stderr, "attention_bench: batch %lld is outside 1-%lld\n", static_cast<long long>(r.batch),
-                     static_cast<long long>(kMaxBatch));
+      if (r.batch < 1 || r.batch > kMaxBatch || r.cap < 0) {
+        std::fprintf(stderr, "attention_bench: batch %lld (1-%lld) or cap %lld (>= 0) out of range\n",
+                     static_cast<long long>(r.batch), static_cast<long long>(kMaxBatch),
+                     static_cast<long long>(r.cap));
         return 2;
       }
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/integers.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "tokenizer/chat_template.h"
@@ -82,11 +83,6 @@ struct ModelRunConfig {
   CLI::Option* max_batch_option = nullptr;  // given on the command line or not
 };
 void add_engine_options(CLI::App* cmd, ModelRunConfig& c);
-// The integer that is the whole of `text` (no sign-only, spaces or suffix), if any.
-std::optional<long long> whole_integer(const std::string& text);
-// "1,2,3" -> integers; fails naming `option` and `what` (one item) on
-// anything else, an empty item ("1,,2", "1,") included.
-std::vector<int64_t> parse_int_list(const std::string& text, const char* option, const char* what);
 // CLI11 checks: the option's value is an integer >= least; a uint64.
 CLI::Validator integer_at_least(long long least);
 CLI::Validator unsigned_integer();
