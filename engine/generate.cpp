@@ -247,8 +247,8 @@ class GenerationRun {
   // text knows by then what the token completed.
   void append(size_t seq, int32_t token, const float* row) {
     LS_REQUIRE(token >= 0, ErrorKind::kModel,
-               "request {}'s logits for new token {} are all NaN or -inf: the model's weights or config give "
-               "non-finite values", seq, out_[seq].tokens.size());
+               "request {}'s logits for new token {} hold a NaN or +inf, or nothing above -inf: the model's "
+               "weights or config give non-finite values", seq, out_[seq].tokens.size());
     out_[seq].tokens.push_back(token);
     if (row != nullptr) out_[seq].logits.insert(out_[seq].logits.end(), row, row + vocab_);
     const GenerationRequest& r = requests_[seq];

@@ -1,8 +1,11 @@
 // Greedy selection where the logits are: per row of this rank's share of the
 // vocabulary, the largest logit among the first valid_cols columns and its
-// column. NaN ranks below every number and the lower column wins ties, so a
-// row of NaNs picks column 0. Only these (value, column) candidates cross to
-// the host or between ranks, never the logits.
+// column. NaN ranks above every number (+inf included) and the lower column
+// wins ties, so a row holding a NaN picks its first NaN, and the row's best
+// candidate over every split and rank is finite exactly when the row's
+// logits are all below +inf, none NaN, and some above -inf (argmax_has_token).
+// Only these (value, column) candidates cross to the host or between ranks,
+// never the logits.
 //
 // A row may be cut into splits of split_cols columns, each with its own
 // candidate (the GPU reads one row with many blocks); next_tokens
@@ -22,10 +25,15 @@ namespace lockstep {
 // NaN is the one value unequal to itself; nothing here builds with fast math.)
 LS_HOST_DEVICE inline bool argmax_prefers(float v, int64_t c, float best, int64_t best_c) {
   const bool v_nan = v != v, best_nan = best != best;
-  if (v_nan) return best_nan && c < best_c;
-  if (best_nan) return true;
+  if (v_nan) return !best_nan || c < best_c;
+  if (best_nan) return false;
   return v > best || (v == best && c < best_c);
 }
+
+// Whether a row whose best candidate is `best` has a token: not when a logit
+// is NaN or +inf (the best is then one) or none is above -inf, which only
+// weights or a config that give non-finite values produce.
+LS_HOST_DEVICE inline bool argmax_has_token(float best) { return best > -INFINITY && best < INFINITY; }
 
 struct ArgmaxParams {
   const void* logits = nullptr;  // [rows, cols]

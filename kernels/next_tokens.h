@@ -4,7 +4,7 @@
 // batch, fed back as the row's next token with its position one higher, so
 // that the next step can be queued before the host has seen this one's.
 //
-// A row with no token (the greedy candidates' best logit NaN or -inf, or a
+// A row with no token (the greedy candidates' best logit not finite, or a
 // sampled id of -1: kernels/sampling.h) is published as -1, for the host to
 // refuse, and fed back as token 0, which the next step can read safely.
 //

@@ -4,7 +4,7 @@
 //
 // The rule, per row, over its first valid_cols columns:
 //  1. Order: the columns by logit, largest first, the lower column first
-//     among equal logits (NaN ranks as -inf). Temperature 0: the first
+//     among equal logits (NaN ranks above +inf). Temperature 0: the first
 //     column of the order (argmax, lowest column on ties); stop.
 //  2. Weights: w = sampling::weight(logit, max logit, 1 / temperature),
 //     integers of at most 2^32 (kernels/sampling_math.h), evaluated
@@ -15,8 +15,10 @@
 //  5. Draw: u = sampling::draw(random, weight sum of the nucleus); the token
 //     is the first nucleus column, in column order (not logit order), at
 //     which the running weight sum exceeds u.
-// A row with no logit above -inf (every one NaN or -inf: a model whose
-// weights or config give non-finite values) has no token: its id is -1.
+// A row whose first column of the order is not finite (a logit is NaN or
+// +inf, or none is above -inf: a model whose weights or config give
+// non-finite values) has no token: its id is -1, greedy or sampled, as
+// argmax and next_tokens give (kernels/argmax.h).
 // The GPU finds the cut-offs of 3 and 4 by radix selection over the keys and
 // needs no sort; the CPU twin is the sort-based reference.
 #pragma once

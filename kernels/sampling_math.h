@@ -28,7 +28,8 @@ LS_HOST_DEVICE inline uint64_t mul_hi(uint64_t a, uint64_t b) {
 }
 
 // An order-preserving unsigned key of a float: a < b as floats iff
-// key(a) < key(b) (with -0 just below +0). NaN ranks as -inf.
+// key(a) < key(b) (with -0 just below +0). NaN ranks above +inf, so that a
+// row holding one leads its order with it (and has no token).
 LS_HOST_DEVICE inline uint32_t order_key(float v) {
   uint32_t bits;
 #ifdef __CUDA_ARCH__
@@ -36,13 +37,16 @@ LS_HOST_DEVICE inline uint32_t order_key(float v) {
 #else
   std::memcpy(&bits, &v, sizeof bits);
 #endif
-  if ((bits & 0x7fffffffu) > 0x7f800000u) bits = 0xff800000u;  // NaN -> -inf
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0xffffffffu;  // NaN
   return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
 }
 
-// Whether a row whose largest key is `key` has a logit above -inf (a row of
-// NaN and -inf has none, and no token).
-LS_HOST_DEVICE inline bool has_token(uint32_t largest_key) { return largest_key > order_key(-INFINITY); }
+// Whether a row whose largest key is `largest_key` has a token: its largest
+// logit is finite, so no logit is NaN or +inf and one is above -inf (other
+// rows come only from weights or a config that give non-finite values).
+LS_HOST_DEVICE inline bool has_token(uint32_t largest_key) {
+  return largest_key > order_key(-INFINITY) && largest_key < order_key(INFINITY);
+}
 
 // The float whose order_key is `key`.
 LS_HOST_DEVICE inline float key_value(uint32_t key) {

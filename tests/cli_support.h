@@ -3,11 +3,16 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace lockstep::testing_cli {
 
@@ -94,6 +99,21 @@ inline void write_shared_prefix_prompts(const std::filesystem::path& file) {
     for (int j = 0; j <= i; ++j) ids += ", " + std::to_string(100 + 13 * i + j);
     out << "{\"prompt_ids\": [" << ids << "], \"max_new_tokens\": " << 3 + 2 * i << "}\n";
   }
+}
+
+// Element `index` of the BF16 tensor `name` in a single-file checkpoint set
+// to the bf16 value whose bits are `bits` (0x7f80: +inf).
+inline void set_bf16_element(const std::filesystem::path& safetensors, const std::string& name, int64_t index,
+                             uint16_t bits) {
+  std::string bytes = read_file(safetensors);
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const nlohmann::json tensor = nlohmann::json::parse(bytes.substr(8, header)).at(name);
+  if (tensor.at("dtype") != "BF16") throw std::runtime_error(name + " is not BF16");
+  const size_t at = 8 + header + tensor.at("data_offsets")[0].get<size_t>() + 2 * static_cast<size_t>(index);
+  if (at + 2 > bytes.size()) throw std::runtime_error(name + " has no element " + std::to_string(index));
+  std::memcpy(bytes.data() + at, &bits, 2);
+  std::ofstream(safetensors, std::ios::binary) << bytes;
 }
 
 }  // namespace lockstep::testing_cli

@@ -181,11 +181,26 @@ TEST_F(CliInputs, GenerationConfigErrorsNameThatFile) {
 TEST_F(CliInputs, NonFiniteLogitsAreRefused) {
   auto model = make_model("m");
   fill_weights(model, 0xc0, 0x7f);
-  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3"), {"NaN or -inf", "non-finite"});
+  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3"), {"NaN or +inf", "non-finite"});
   expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3 --temperature 1 --seed 3"),
-                       {"NaN or -inf"});
+                       {"NaN or +inf"});
   expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3 --dump-logits " + (dir_ / "l.npy").string()),
-                       {"NaN or -inf"});
+                       {"NaN or +inf"});
+  expect_clean_failure(lockstep_run("score --backend cpu --model " + model.string() + " --prompt-ids 1,2 --dump-logits " +
+                                    (dir_ / "s.npy").string()),
+                       {"position 0", "non-finite"});
+}
+
+// An Inf in the final norm's weight gives each logit row +infs and -infs (or
+// NaNs): no token to choose, greedy (which took the first +inf) or sampled,
+// and score refuses the logits. CudaCli.NonFiniteLogitsAreRefused: the GPU.
+TEST_F(CliInputs, AnInfiniteNormWeightIsRefused) {
+  auto model = make_model("m");
+  set_bf16_element(model / "model.safetensors", "model.norm.weight", 3, 0x7f80);
+  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3"),
+                       {"request 0", "new token 0", "NaN or +inf", "non-finite"});
+  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3 --temperature 1 --seed 3"),
+                       {"NaN or +inf"});
   expect_clean_failure(lockstep_run("score --backend cpu --model " + model.string() + " --prompt-ids 1,2 --dump-logits " +
                                     (dir_ / "s.npy").string()),
                        {"position 0", "non-finite"});

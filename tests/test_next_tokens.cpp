@@ -17,20 +17,20 @@
 namespace lockstep {
 namespace {
 
-// The rule, written out on its own: the best of the whole row, -1 for a
-// row with no logit above -inf (all NaN or -inf).
+// The rule, written out on its own: the first largest logit of the row;
+// -1 for a row holding a NaN or +inf, or nothing above -inf.
 int32_t reference_argmax(const float* row, int64_t n) {
   int64_t best = 0;
-  for (int64_t c = 1; c < n; ++c) {
-    const bool c_nan = std::isnan(row[c]), best_nan = std::isnan(row[best]);
-    if (c_nan) continue;  // a NaN never beats an earlier column
-    if (best_nan || row[c] > row[best]) best = c;
+  for (int64_t c = 0; c < n; ++c) {
+    if (std::isnan(row[c]) || row[c] == std::numeric_limits<float>::infinity()) return -1;
+    if (row[c] > row[best]) best = c;
   }
   return row[best] > -std::numeric_limits<float>::infinity() ? static_cast<int32_t>(best) : -1;
 }
 
 // Rows with ties across split and share borders, NaNs (also leading a row),
-// a row of NaNs and one of NaNs and -infs (neither has a token).
+// a row of NaNs, one of NaNs and -infs, one with a +inf (none of which has a
+// token), one of -infs but one finite logit, and one of -infs only.
 std::vector<float> awkward_logits(int64_t rows, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-4.0f, 4.0f);
@@ -39,14 +39,19 @@ std::vector<float> awkward_logits(int64_t rows, int64_t vocab, uint32_t seed) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int64_t r = 0; r < rows; ++r) {
     float* row = v.data() + r * vocab;
-    switch (r % 5) {
+    switch (r % 7) {
       case 0: row[vocab - 1] = row[vocab / 2] = 9.0f; break;  // a tie: the lower id wins
-      case 1: row[0] = nan, row[vocab / 3] = nan; break;
+      case 1: row[r < 7 ? vocab - 1 : 0] = nan; break;  // one NaN, last in row 1, leading in row 8
       case 2: for (int64_t c = 0; c < vocab; ++c) row[c] = nan; break;
       case 3:
         for (int64_t c = 0; c < vocab; ++c) row[c] = c % 2 == 0 ? -std::numeric_limits<float>::infinity() : nan;
         break;
-      default: row[vocab - 1] = std::numeric_limits<float>::infinity(); break;
+      case 4: row[vocab - 1] = std::numeric_limits<float>::infinity(); break;
+      case 5:
+        for (int64_t c = 0; c < vocab; ++c) row[c] = -std::numeric_limits<float>::infinity();
+        row[vocab / 2] = -3.0f;
+        break;
+      default: for (int64_t c = 0; c < vocab; ++c) row[c] = -std::numeric_limits<float>::infinity(); break;
     }
   }
   return v;

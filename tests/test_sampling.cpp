@@ -156,11 +156,11 @@ TEST(SampleOp, TopKAndTopPNeverLeaveTheKeptSet) {
   EXPECT_GT(n[2], 500);
 }
 
-TEST(SampleOp, InfinitiesNaNsAndPaddingAreNeverChosen) {
+TEST(SampleOp, MinusInfinitiesAndPaddingAreNeverChosen) {
   std::vector<float> logits(50, -kInf);
   logits[17] = -3.0f;
-  logits[3] = std::numeric_limits<float>::quiet_NaN();
   logits.push_back(100.0f);  // padding, past valid_cols
+  logits.push_back(std::numeric_limits<float>::quiet_NaN());  // padding too: no effect
   for (uint64_t i = 0; i < 100; ++i) {
     const uint64_t random = sampling_random(4, 0, i);
     EXPECT_EQ(sample_one(logits, SampleRow{.random = random, .temperature = 1000.0f}, 50), 17);
@@ -168,16 +168,21 @@ TEST(SampleOp, InfinitiesNaNsAndPaddingAreNeverChosen) {
   }
 }
 
-// A row with no logit above -inf (NaNs and -infs only: weights or a config
-// that give non-finite values) has no token, greedy or sampled: id -1.
-TEST(SampleOp, RowsWithoutAFiniteLogitHaveNoToken) {
+// A row holding a NaN or +inf, or with no logit above -inf (weights or a
+// config that give non-finite values), has no token, greedy or sampled: id
+// -1. A row of -infs but one finite logit has that one.
+TEST(SampleOp, RowsWithANonFiniteLeaderHaveNoToken) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<std::vector<float>> rows = {std::vector<float>(9, nan), {-kInf, nan, -kInf, nan}, {-kInf}};
+  const std::vector<std::vector<float>> rows = {std::vector<float>(9, nan), {-kInf, nan, -kInf, nan}, {-kInf},
+                                                {1.0f, 2.0f, 3.0f, -nan}, {nan, 5.0f}, {1.0f, kInf, 2.0f},
+                                                {-kInf, -5.0f, kInf}};
   for (const auto& logits : rows)
     for (float temperature : {0.0f, 1.0f, 1000.0f})
       EXPECT_EQ(sample_one(logits, SampleRow{.random = 7, .temperature = temperature, .top_p = 0.5f, .top_k = 2}), -1)
-          << "temperature " << temperature << " row of " << logits.size();
-  EXPECT_EQ(sample_one({-kInf, nan, -5.0f}, SampleRow{.random = 7, .temperature = 1.0f}), 2) << "one finite logit";
+          << "temperature " << temperature << " row of " << logits.size() << " leading " << logits[0];
+  for (float temperature : {0.0f, 1.0f})
+    EXPECT_EQ(sample_one({-kInf, -kInf, -5.0f}, SampleRow{.random = 7, .temperature = temperature}), 2)
+        << "one finite logit";
 }
 
 // The [shards][rows][cols] layout of gathered vocabulary shards samples as

@@ -28,7 +28,7 @@ int32_t best_candidate(const NextTokensParams& p, int64_t row) {
       const int64_t id = s * p.share_cols + column;
       if (best_id < 0 || argmax_prefers(value, id, best, best_id)) best = value, best_id = id;
     }
-  return best_id >= 0 && best > -INFINITY ? static_cast<int32_t>(best_id) : -1;  // NaN > -inf is false
+  return best_id >= 0 && argmax_has_token(best) ? static_cast<int32_t>(best_id) : -1;
 }
 
 }  // namespace

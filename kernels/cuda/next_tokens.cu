@@ -40,7 +40,7 @@ __device__ int32_t best_candidate(const NextTokensParams& p, int64_t row) {
     const int64_t id = __shfl_xor_sync(0xffffffffu, static_cast<long long>(best_id), o);
     consider(v, id);
   }
-  return best_id >= 0 && best > -INFINITY ? static_cast<int32_t>(best_id) : -1;  // NaN > -inf is false
+  return best_id >= 0 && argmax_has_token(best) ? static_cast<int32_t>(best_id) : -1;
 }
 
 __global__ void __launch_bounds__(kNextTokensThreads) next_tokens_kernel(NextTokensParams p) {

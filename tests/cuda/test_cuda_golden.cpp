@@ -148,6 +148,28 @@ TEST_F(CudaCli, UnsupportedHeadDimIsRefusedBeforeLoading) {
   EXPECT_EQ(cpu.exit_code, 0) << cpu.err;
 }
 
+// An Inf in the final norm's weight (CliInputs.AnInfiniteNormWeightIsRefused
+// on the CPU): the GPU's greedy and sampled steps, graphed and eager, find no
+// token in the rows of +infs and -infs, and score refuses the logits.
+TEST_F(CudaCli, NonFiniteLogitsAreRefused) {
+  ASSERT_EQ(run(lockstep("make-model --preset tiny --out " + model().string()), dir_ / "make").exit_code, 0);
+  set_bf16_element(model() / "model.safetensors", "model.norm.weight", 3, 0x7f80);
+  std::ofstream(prompts()) << "{\"prompt_ids\": [1, 2]}\n{\"prompt_ids\": [3, 4, 5]}\n";
+  const std::string common = " --backend cuda --model " + model().string();
+  for (const std::string& flags : std::vector<std::string>{" --prompt-ids 1,2", " --prompt-ids 1,2 --eager",
+                                  " --prompt-ids 1,2 --temperature 1 --seed 3",
+                                  " --max-batch 2 --prompts-file " + prompts().string()}) {
+    CommandResult r = run(lockstep("generate" + common + " --max-new-tokens 3" + flags), dir_ / "gen");
+    EXPECT_NE(r.exit_code, 0) << flags << ": " << r.err;
+    EXPECT_LT(r.exit_code, 128) << "killed by a signal: " << r.err;
+    EXPECT_NE(r.err.find("new token 0 hold a NaN or +inf"), std::string::npos) << flags << ": " << r.err;
+  }
+  CommandResult s =
+      run(lockstep("score" + common + " --prompt-ids 1,2 --dump-logits " + (dir_ / "s.npy").string()), dir_ / "score");
+  EXPECT_NE(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.err.find("non-finite"), std::string::npos) << s.err;
+}
+
 // Weights larger than the GPU are refused before they are generated or read:
 // llama3-70b in float32 (263 GiB) exceeds an H100's and an H200's memory.
 TEST_F(CudaCli, WeightsLargerThanTheGpuAreRefusedBeforeLoading) {

@@ -431,11 +431,13 @@ TEST_F(CudaOpTest, ArgmaxMatchesCpu) {
           const int64_t valid = std::max<int64_t>(1, cols - 3);
           // Ties, the lower column winning: inside one thread's vector (columns 0 and 1) in row 0;
           // between threads, splits and against the scalar tail past the last whole vector in the
-          // others. NaNs rank below every number (a leading one in row 2).
+          // others. NaNs rank above every number, +inf included (a leading one in row 2, and
+          // one after a +inf in row 3).
           if (cols > 1) logits[1] = logits[0] = 50.0f;
           for (int64_t r = 1; r < rows && cols > 9; ++r)
             logits[r * cols + 8] = logits[r * cols + valid - 1] = 60.0f;
           if (rows > 2 && cols > 9) logits[2 * cols] = logits[2 * cols + 9] = nan;
+          if (rows > 3 && cols > 9) logits[3 * cols + 2] = INFINITY, logits[3 * cols + 5] = nan;
           DeviceArray d_logits(logits, dt);
           ArgmaxParams p{.rows = rows, .cols = cols, .valid_cols = valid, .split_cols = split_cols, .dtype = dt};
           const int64_t n = rows * p.splits();
@@ -465,9 +467,9 @@ TEST_F(CudaOpTest, ArgmaxMatchesCpu) {
 }
 
 // next_tokens on the GPU against the CPU twin: candidates of three shares
-// (the last one padding) with ties across shares and a few NaNs, fewer and
-// more candidates a row than a warp has lanes (5 and 33 splits), a row of
-// NaNs and -infs (no token), feed back
+// (the last one padding) with ties across shares, fewer and more candidates
+// a row than a warp has lanes (5 and 33 splits), rows without a token (one
+// of NaNs and -infs, one with a single NaN, one with a single +inf), feed back
 // with a padding row and the context cap, and two calls alternating the
 // published slot.
 TEST_F(CudaOpTest, NextTokensMatchesCpu) {
@@ -482,14 +484,21 @@ TEST_F(CudaOpTest, NextTokensMatchesCpu) {
         float* block = candidates.data() + s * 2 * rows * splits;
         for (int64_t i = 0; i < rows * splits; ++i) {
           block[i] = std::round(value(rng) * 2.0f) / 2.0f;  // few distinct values: ties
-          if (block[i] == 2.0f) block[i] = std::numeric_limits<float>::quiet_NaN();
           const int32_t c = static_cast<int32_t>(i % splits) * 200 + column(rng);
           std::memcpy(&block[rows * splits + i], &c, 4);
         }
-        // Row 1 has no logit above -inf: published -1, fed back as 0.
+        // Rows without a token, published -1 and fed back as 0: row 1 (NaNs and -infs), row 2
+        // (one NaN, in the second share), row 3 (one +inf, in the first).
         if (rows > 1)
           for (int64_t k = 0; k < splits; ++k)
             block[splits + k] = k % 2 == 0 ? std::numeric_limits<float>::quiet_NaN() : -INFINITY;
+        const auto poison = [&](int64_t i, float v) {
+          const int32_t c = static_cast<int32_t>(i % splits) * 200 + 5;  // a column: a candidate
+          block[i] = v;
+          std::memcpy(&block[rows * splits + i], &c, 4);
+        };
+        if (rows > 3 && s == 1) poison(2 * splits + splits - 1, std::numeric_limits<float>::quiet_NaN());
+        if (rows > 3 && s == 0) poison(3 * splits, INFINITY);
       }
       std::vector<int32_t> slots(static_cast<size_t>(rows)), positions(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) {
@@ -520,6 +529,11 @@ TEST_F(CudaOpTest, NextTokensMatchesCpu) {
         return v;
       };
       EXPECT_EQ(ints(d_published, 2 * rows), want_published) << "rows " << rows << " splits " << splits;
+      if (rows > 3) {
+        EXPECT_EQ(std::vector<int32_t>(want_published.begin() + 2, want_published.begin() + 4),
+                  (std::vector<int32_t>{-1, -1}))
+            << "a NaN or +inf candidate: no token";
+      }
       EXPECT_EQ(ints(d_tokens, rows), tokens) << "rows " << rows << " splits " << splits;
       EXPECT_EQ(ints(d_positions, rows), positions) << "rows " << rows << " splits " << splits;
       EXPECT_EQ(static_cast<uint32_t>(ints(d_count, 1)[0]), want_count);
