@@ -206,6 +206,24 @@ TEST_F(Tp, SampledIdsMatchAcrossTpSizesAndKeptLogits) {
     }
 }
 
+// A NaN logit in the second rank's share of the vocabulary (lm_head row 400
+// of 512) leaves the row with no token at TP=2 as at TP=1, greedy (the
+// ranks' argmax candidates merged) and sampled (the gathered shards).
+TEST_F(Tp, ANanInOneRanksShareIsRefusedAsAtTpOne) {
+  auto model = make_model("--arch llama --preset tiny");
+  set_bf16_element(model / "model.safetensors", "lm_head.weight", 400 * 64, 0x7fc0);
+  for (int ranks : {1, 2})
+    for (const std::string sampling : {"", " --temperature 1 --seed 5"}) {
+      CommandResult r = run((ranks == 1 ? "" : mpirun(ranks)) +
+                                lockstep("generate --backend cpu --model " + model.string() +
+                                         " --prompt-ids 1,2 --max-new-tokens 2" + sampling),
+                            dir_ / "gen", 120);
+      EXPECT_NE(r.exit_code, 0) << "TP=" << ranks << sampling << ": " << r.err;
+      EXPECT_NE(r.err.find("new token 0 hold a NaN or +inf"), std::string::npos) << "TP=" << ranks << sampling << ": "
+                                                                                  << r.err;
+    }
+}
+
 TEST_F(Tp, IndivisibleTpSizeIsRefusedOnEveryRank) {
   auto model = make_model("--arch llama --preset tiny");
   CommandResult r = run(mpirun(3) + lockstep("generate --backend cpu --model " + model.string() + " --prompt-ids 1"), dir_ / "r", 60);
