@@ -33,6 +33,20 @@ class CliInputs : public Cli {
     std::ofstream(file) << line << "\n";
     return generate(model, "--prompts-file " + file.string());
   }
+  // Weights whose first logits are not finite: generate refuses its first
+  // token, greedy, sampled or keeping the logits, and score the logits.
+  void expect_non_finite_logits_refused(const std::filesystem::path& model) {
+    expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3"),
+                         {"request 0", "new token 0", "NaN or +inf", "non-finite"});
+    expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3 --temperature 1 --seed 3"),
+                         {"NaN or +inf"});
+    expect_clean_failure(
+        generate(model, "--prompt-ids 1,2 --max-new-tokens 3 --dump-logits " + (dir_ / "l.npy").string()),
+        {"NaN or +inf"});
+    expect_clean_failure(lockstep_run("score --backend cpu --model " + model.string() +
+                                      " --prompt-ids 1,2 --dump-logits " + (dir_ / "s.npy").string()),
+                         {"position 0", "non-finite"});
+  }
   // Every byte of model.safetensors' data section set to `pattern` (two bytes, one bf16 value).
   void fill_weights(const std::filesystem::path& model, uint8_t lo, uint8_t hi) {
     const auto path = model / "model.safetensors";
@@ -181,14 +195,7 @@ TEST_F(CliInputs, GenerationConfigErrorsNameThatFile) {
 TEST_F(CliInputs, NonFiniteLogitsAreRefused) {
   auto model = make_model("m");
   fill_weights(model, 0xc0, 0x7f);
-  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3"), {"NaN or +inf", "non-finite"});
-  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3 --temperature 1 --seed 3"),
-                       {"NaN or +inf"});
-  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3 --dump-logits " + (dir_ / "l.npy").string()),
-                       {"NaN or +inf"});
-  expect_clean_failure(lockstep_run("score --backend cpu --model " + model.string() + " --prompt-ids 1,2 --dump-logits " +
-                                    (dir_ / "s.npy").string()),
-                       {"position 0", "non-finite"});
+  expect_non_finite_logits_refused(model);
 }
 
 // An Inf in the final norm's weight gives each logit row +infs and -infs (or
@@ -197,13 +204,7 @@ TEST_F(CliInputs, NonFiniteLogitsAreRefused) {
 TEST_F(CliInputs, AnInfiniteNormWeightIsRefused) {
   auto model = make_model("m");
   set_bf16_element(model / "model.safetensors", "model.norm.weight", 3, 0x7f80);
-  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3"),
-                       {"request 0", "new token 0", "NaN or +inf", "non-finite"});
-  expect_clean_failure(generate(model, "--prompt-ids 1,2 --max-new-tokens 3 --temperature 1 --seed 3"),
-                       {"NaN or +inf"});
-  expect_clean_failure(lockstep_run("score --backend cpu --model " + model.string() + " --prompt-ids 1,2 --dump-logits " +
-                                    (dir_ / "s.npy").string()),
-                       {"position 0", "non-finite"});
+  expect_non_finite_logits_refused(model);
 }
 
 TEST_F(CliInputs, PathsAndFlagsThatDoNotFit) {
