@@ -32,10 +32,6 @@ namespace {
 
 using namespace attention_detail;
 
-constexpr int kMinKeysPerSplit = 64;  // a split shorter than a key tile (kTcKeys) half-fills it
-constexpr int kPrefillFillPerSm = 2;   // prefill tiles are split until the grid has this many blocks per SM
-constexpr int kSplitBasePerSm = 4;     // splits only while the grid without them has fewer blocks per SM
-constexpr int kSplitBlocksPerSm = 16;  // and the grid with them at most this many
 constexpr int64_t kMaxGridY = 65535;
 // A decode split takes at least this many key tiles of the actual length,
 // leaving the rest of the graph's splits (sized for max_seq) empty: a
@@ -44,22 +40,6 @@ constexpr int64_t kMaxGridY = 65535;
 // us a launch, 18 of 1 tile 9.86). Empty splits must cost nothing: 6 splits
 // of 3 tiles beside 12 empty ones that still wrote and merged took 11.94.
 constexpr int kDecodeMinTilesPerSplit = 3;
-
-// Prefill tiles (of uneven causal lengths): split until the grid fills
-// kPrefillFillPerSm blocks per SM.
-int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
-  const int64_t fill_blocks = int64_t{kPrefillFillPerSm} * num_sms;
-  if (base_blocks >= fill_blocks) return 1;
-  const int64_t fill = ceil_div(fill_blocks, base_blocks);
-  const int64_t by_length = std::max<int64_t>(1, max_seq / kMinKeysPerSplit);
-  return static_cast<int>(std::min<int64_t>({kMaxSplits, fill, by_length}));
-}
-
-// The workspace: the split counters, one per block of a split-free grid
-// (fewer than kSplitBasePerSm·SMs whenever there are splits), then the
-// splits' partial outputs [tokens, heads, splits, head_dim], then their
-// (max, sum) pairs.
-int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kSplitBasePerSm} * num_sms * 4, 256) * 256; }
 
 // ---- Tensor-core path (bf16/f16, head_dim 16-256) ----
 //
@@ -613,28 +593,36 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
         reinterpret_cast<float*>(smem));
 }
 
-// Over 48 KB of shared memory needs the opt-in, per device: set it each time (a host-side attribute).
-template <typename T, int HD, int RowWarps>
-void allow_tc_smem() {
-  LS_CHECK_CUDA(cudaFuncSetAttribute(attention_tensor_core_kernel<T, HD, RowWarps>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, tc_smem_bytes<T, HD, RowWarps>()));
+int shared_memory_per_sm() {
+  int device = 0, bytes = 0;
+  LS_CHECK_CUDA(cudaGetDevice(&device));
+  LS_CHECK_CUDA(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  return bytes;
 }
 
-// Blocks of the decode tiling that fit on one SM (shared memory bound).
-template <typename T, int HD>
-int tc_decode_blocks_per_sm() {
-  allow_tc_smem<T, HD, 1>();
-  int blocks = 0;
-  LS_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_tensor_core_kernel<T, HD, 1>,
-                                                              kTcThreads, tc_smem_bytes<T, HD, 1>()));
-  return std::max(1, blocks);
-}
-
+// Decode tiles are launched early (programmatic launch), while the kernel
+// before them still runs, so their blocks are placed as SMs free up: an SM
+// that frees first takes as many as fit while another idles, and a grid
+// that an even spread runs in one round then takes two. Their shared memory
+// is padded (attention_decode_tile_smem_bytes) so that no SM takes more than
+// its even share. Without it, the one-block-an-SM grid of a
+// Llama-3.2-1B-shaped step at batch 16 (128 blocks) ran 32% slower
+// (forty-second session); with it, decode ran 2-8% faster than under the
+// rule before (forty-fourth session, benchmarks/RESULTS.md).
 template <typename T, int HD, int RowWarps>
-void launch_tensor_core_kernel(dim3 grid, const AttnArgs& args, cudaStream_t stream) {
-  allow_tc_smem<T, HD, RowWarps>();
+void launch_tensor_core_kernel(dim3 grid, const AttnArgs& args, int num_sms, cudaStream_t stream) {
+  const int per_sm = shared_memory_per_sm();
+  const int natural = tc_smem_bytes<T, HD, RowWarps>();
+  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
+  const int smem = RowWarps == 1 ? attention_decode_tile_smem_bytes(blocks, num_sms, per_sm, natural) : natural;
+  // Over 48 KB of shared memory needs the opt-in, per device: set it each time (a host-side
+  // attribute), for decode tiles to the largest padding (one block an SM) whichever this launch
+  // takes, so that the limit never falls below what a graph captured earlier launches with.
+  LS_CHECK_CUDA(cudaFuncSetAttribute(
+      attention_tensor_core_kernel<T, HD, RowWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      RowWarps == 1 ? attention_decode_tile_smem_bytes(1, num_sms, per_sm, natural) : natural));
   LS_LAUNCH("attention_tensor_core_kernel", (attention_tensor_core_kernel<T, HD, RowWarps>), grid, dim3(kTcThreads),
-            tc_smem_bytes<T, HD, RowWarps>(), stream, args);
+            smem, stream, args);
 }
 
 template <typename T, int HD>
@@ -650,8 +638,7 @@ void launch_attention_tensor_core(const AttentionParams& p, int num_sms, cudaStr
   const int64_t row_tiles = wide ? ceil_div(p.tokens * group, 64) : p.tokens * head_chunks;
   const int64_t base = row_tiles * c.num_kv_heads;
   const int wanted =
-      wide ? prefill_splits(base, c.max_seq, num_sms)
-           : splits_by_waves(base, c.max_seq, int64_t{num_sms} * tc_decode_blocks_per_sm<T, HD>(), num_sms);
+      wide ? prefill_splits(base, c.max_seq, num_sms) : splits_one_block_per_sm(base, c.max_seq, num_sms);
   const int splits = splits_that_fit(p, HD, wanted, base, num_sms);
   const AttnArgs args = make_attn_args(p, HD, group, head_chunks, splits, num_sms);
   if (wide) {
@@ -665,104 +652,16 @@ void launch_attention_tensor_core(const AttentionParams& p, int num_sms, cudaStr
       launch_tensor_core_kernel<T, HD, 4>(dim3(static_cast<unsigned>(c.num_kv_heads),
                                                static_cast<unsigned>(end - part.row_tile0),
                                                static_cast<unsigned>(splits)),
-                                          part, stream);
+                                          part, num_sms, stream);
     }
   } else {
     launch_tensor_core_kernel<T, HD, 1>(dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(c.num_kv_heads),
                                              static_cast<unsigned>(splits)),
-                                        args, stream);
+                                        args, num_sms, stream);
   }
 }
 
 }  // namespace
-
-namespace attention_detail {
-
-// Decode tiles and the CUDA-core kernel: splits per block of the split-free
-// grid (`base_blocks` blocks) on a GPU that holds `slots` blocks at once.
-// The time goes as the waves of blocks over the slots times the keys of one
-// block (1/splits), so the rule takes the fewest splits that minimize
-// waves/splits: a last wave that half fills the GPU costs as much as a full
-// one. No splits once the grid without them fills every slot (measured:
-// batch 64 of llama3-8b, 512 blocks on 396 slots, ran 5% faster unsplit than
-// in 3 splits). At most one split per kMinKeysPerSplit keys of the longest
-// sequence the cache holds (the lengths themselves live on the device).
-int splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms) {
-  if (base_blocks >= std::min(slots, int64_t{kSplitBasePerSm} * num_sms)) return 1;
-  const int64_t most = std::min<int64_t>({kMaxSplits, std::max<int64_t>(1, max_seq / kMinKeysPerSplit),
-                                          std::max<int64_t>(1, int64_t{kSplitBlocksPerSm} * num_sms / base_blocks)});
-  const auto cost = [&](int64_t splits) {
-    return std::ceil(static_cast<double>(base_blocks * splits) / static_cast<double>(slots)) /
-           static_cast<double>(splits);
-  };
-  int64_t best = 1;
-  for (int64_t splits = 2; splits <= most; ++splits)
-    if (cost(splits) < cost(best) * 0.99) best = splits;
-  return static_cast<int>(best);
-}
-
-AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits,
-                        int num_sms) {
-  auto* bytes = static_cast<unsigned char*>(p.workspace);
-  float* ws = bytes != nullptr ? reinterpret_cast<float*>(bytes + counter_bytes(num_sms)) : nullptr;
-  const int64_t entries = p.tokens * p.num_heads * splits;
-  return AttnArgs{.qkv = p.qkv,
-                  .k_cache = p.k_cache,
-                  .v_cache = p.v_cache,
-                  .slots = p.slots,
-                  .positions = p.positions,
-                  .out = p.out,
-                  .counters = reinterpret_cast<int*>(bytes),
-                  .ws_acc = ws,
-                  .ws_ml = splits > 1 ? ws + entries * head_dim : nullptr,
-                  .tokens = p.tokens,
-                  .num_heads = p.num_heads,
-                  .num_kv_heads = p.cache.num_kv_heads,
-                  .slot_stride = p.cache.slot_stride(),
-                  .pos_stride = p.cache.position_stride(),
-                  .head_stride = p.cache.head_stride(),
-                  .group = group,
-                  .head_chunks = head_chunks,
-                  .splits = splits,
-                  .scale = p.scale,
-                  .window = p.window,
-                  .no_lower_writes = p.no_lower_writes,
-                  .row_tile0 = 0};
-}
-
-// Splits whose partial results fit the workspace (at most `wanted`, and at
-// most p.max_splits when set).
-int splits_that_fit(const AttentionParams& p, int head_dim, int wanted, int64_t base_blocks, int num_sms) {
-  if (p.max_splits > 0) wanted = static_cast<int>(std::min<int64_t>(wanted, p.max_splits));
-  const int64_t bytes_per_split = p.tokens * p.num_heads * (head_dim + 2) * 4;
-  const int64_t room = p.workspace_bytes - counter_bytes(num_sms);
-  const int splits =
-      static_cast<int>(std::min<int64_t>(wanted, std::max<int64_t>(1, room / std::max<int64_t>(1, bytes_per_split))));
-  if (splits > 1)
-    LS_OP_REQUIRE(p.workspace != nullptr && base_blocks < int64_t{kSplitBasePerSm} * num_sms, "attention",
-                  "no workspace for {} splits of {} blocks", splits, base_blocks);
-  return splits;
-}
-
-}  // namespace attention_detail
-
-int attention_splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms) {
-  return splits_by_waves(base_blocks, max_seq, slots, num_sms);
-}
-
-int64_t attention_workspace_bytes(int num_sms) {
-  // Splits are used only while the blocks without splits are fewer than
-  // kSplitBasePerSm·SMs, and then (blocks without splits)·splits is at most
-  // kSplitBlocksPerSm·SMs; a block holds at most 8 heads (CUDA cores) or 16
-  // query rows (tensor-core decode) of one token. Larger tiles (prefill) use
-  // as many splits as this holds.
-  return counter_bytes(num_sms) +
-         int64_t{kSplitBlocksPerSm} * num_sms * std::max(kMaxGroup, 16) * (kMostHeadDim + 2) * 4;
-}
-
-void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream) {
-  LS_CHECK_CUDA(cudaMemsetAsync(workspace, 0, static_cast<size_t>(counter_bytes(num_sms)), stream));
-}
 
 void require_attention_head_dim(int64_t head_dim) { require_head_dim(head_dim, "attention"); }
 

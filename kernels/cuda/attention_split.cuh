@@ -2,7 +2,8 @@
 // op's entry point) and attention_cuda_core.cu (CUDA cores). Their
 // arguments, the split bookkeeping of flash-decoding (each split block writes
 // its partial result to the workspace; the last to finish merges them) and
-// the host-side split rules. attention.cu describes the design.
+// the host-side split rules (attention_split.cu). attention.cu describes the
+// design.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -131,11 +132,14 @@ __device__ void merge_splits(const AttnArgs& a, int used, int rows, HeadRow head
   }
 }
 
-// Host side, in attention.cu: the decode split rule (splits per block of a
-// split-free grid of `base_blocks` blocks on a GPU holding `slots` at once),
-// the splits the workspace holds (at most `wanted`), and the kernel
-// arguments for a launch.
+// Host side, in attention_split.cu: the split rules (splits per block of a
+// split-free grid of `base_blocks` blocks: the prefill tiles', the
+// CUDA-core kernel's on a GPU holding `slots` at once, the tensor-core decode
+// tiles' at one block an SM), the splits the workspace holds (at most
+// `wanted`), and the kernel arguments for a launch.
+int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms);
 int splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms);
+int splits_one_block_per_sm(int64_t base_blocks, int64_t max_seq, int num_sms);
 int splits_that_fit(const AttentionParams& p, int head_dim, int wanted, int64_t base_blocks, int num_sms);
 AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits, int num_sms);
 

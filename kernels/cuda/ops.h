@@ -49,10 +49,16 @@ void attention(const AttentionParams& p, int num_sms, cudaStream_t stream);
 // Fails (ErrorKind::kModel, one line) when attention has no kernel for head_dim.
 void require_attention_head_dim(int64_t head_dim);
 int64_t attention_workspace_bytes(int num_sms);
-// The decode split rule: splits per block for a split-free grid of
-// `base_blocks` blocks on a GPU of `num_sms` SMs holding `slots` blocks at
-// once, with sequences of up to `max_seq` keys (host code).
+// The decode split rules: splits per block for a split-free grid of
+// `base_blocks` blocks on a GPU of `num_sms` SMs, with sequences of up to
+// `max_seq` keys (host code): the CUDA-core kernel's on a GPU holding
+// `slots` blocks at once, the tensor-core kernel's at one block an SM.
 int attention_splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms);
+int attention_splits_one_block_per_sm(int64_t base_blocks, int64_t max_seq, int num_sms);
+// Dynamic shared memory of a tensor-core decode launch of `blocks` blocks:
+// the kernel's own (`natural_bytes`), padded where needed so that no SM of
+// `smem_per_sm` bytes can hold more than ceil(blocks / num_sms) of them.
+int attention_decode_tile_smem_bytes(int64_t blocks, int num_sms, int smem_per_sm, int natural_bytes);
 void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream);
 
 }  // namespace lockstep::cuda

@@ -181,6 +181,40 @@ TEST(AttentionSplits, FewestSplitsForTheFewestWaves) {
   EXPECT_EQ(cuda::attention_splits_by_waves(8, 100, 396, 132), 1);  // under two splits' worth of keys
 }
 
+// The tensor-core decode rule on 132 SMs: splits while the grid holds at most
+// one block an SM; none from 67 blocks (half the SMs) up.
+TEST(AttentionSplits, TensorCoreDecodeAtOneBlockAnSm) {
+  const auto splits = [](int64_t base, int64_t max_seq) {
+    return cuda::attention_splits_one_block_per_sm(base, max_seq, 132);
+  };
+  EXPECT_EQ(splits(8, 1152), 16);    // batch 1 of 8 kv heads: 128 blocks
+  EXPECT_EQ(splits(16, 1152), 8);    // batch 2
+  EXPECT_EQ(splits(64, 1152), 2);    // batch 8
+  EXPECT_EQ(splits(66, 1152), 2);    // 132 blocks: every SM once
+  EXPECT_EQ(splits(67, 1152), 1);    // two splits would put a second block on an SM
+  EXPECT_EQ(splits(128, 1152), 1);   // batch 16
+  EXPECT_EQ(splits(2, 1 << 20), 32);  // two kv heads (Qwen2.5-0.5B): at most kMaxSplits
+  EXPECT_EQ(splits(2, 100), 1);      // under two splits' worth of keys
+  EXPECT_EQ(splits(1, 200), 3);      // one split per 64 keys at most
+}
+
+// Decode tiles' shared memory on an H100 (132 SMs, 228 KB an SM, 1 KB
+// reserved a block): padded so that an SM holds at most the grid's even
+// share of blocks, the kernel's own size where that already holds.
+TEST(AttentionSplits, DecodeTileSmemHoldsTheEvenShare) {
+  constexpr int kSms = 132, kPerSm = 228 * 1024, kReserved = 1024, kNatural = 48 * 1024;
+  const auto fitting = [](int bytes) { return kPerSm / (bytes + kReserved); };
+  for (const int64_t blocks : {1, 66, 128, 132, 133, 200, 256, 264, 396}) {
+    const int bytes = cuda::attention_decode_tile_smem_bytes(blocks, kSms, kPerSm, kNatural);
+    const int64_t share = (blocks + kSms - 1) / kSms;
+    EXPECT_EQ(fitting(bytes), share) << blocks << " blocks: " << bytes << " bytes";
+  }
+  // Four blocks of the kernel's own size fit; a grid of 4 or more blocks an SM is not padded.
+  EXPECT_EQ(cuda::attention_decode_tile_smem_bytes(528, kSms, kPerSm, kNatural), kNatural);
+  EXPECT_EQ(cuda::attention_decode_tile_smem_bytes(2000, kSms, kPerSm, kNatural), kNatural);
+  EXPECT_EQ(cuda::attention_decode_tile_smem_bytes(1, kSms, kPerSm, 150 * 1024), 150 * 1024);
+}
+
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF32) { decode_cases(*this, DType::kF32, 11); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuBf16) { decode_cases(*this, DType::kBF16, 111); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16, 211); }
