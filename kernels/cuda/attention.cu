@@ -9,12 +9,13 @@
 // sequence is split over several blocks (flash-decoding): every split block
 // writes its partial result to the workspace, and the block that finishes
 // last among the splits of its rows merges them (no second kernel;
-// attention_split.cuh). The split count depends on the batch size only,
-// never on the sequence lengths, which the kernels read from device memory:
-// a captured graph stays valid as sequences grow. The kernel spreads the
-// actual length over the splits (decode: at least kDecodeMinTilesPerSplit
-// key tiles each; the blocks of splits past the length leave at once, and the
-// merge takes the splits the length reaches).
+// attention_split.cuh; the split rules are in attention_split.cu). The split
+// count depends on the batch size only, never on the sequence lengths, which
+// the kernels read from device memory: a captured graph stays valid as
+// sequences grow. The kernel spreads the actual length over the splits
+// (decode: at least kDecodeMinTilesPerSplit key tiles each; the blocks of
+// splits past the length leave at once, and the merge takes the splits the
+// length reaches).
 #include <algorithm>
 #include <cmath>
 
