@@ -594,13 +594,6 @@ __global__ void __launch_bounds__(kTcThreads) attention_tensor_core_kernel(AttnA
         reinterpret_cast<float*>(smem));
 }
 
-int shared_memory_per_sm() {
-  int device = 0, bytes = 0;
-  LS_CHECK_CUDA(cudaGetDevice(&device));
-  LS_CHECK_CUDA(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  return bytes;
-}
-
 // Decode tiles are launched early (programmatic launch), while the kernel
 // before them still runs, so their blocks are placed as SMs free up: an SM
 // that frees first takes as many as fit while another idles, and a grid

@@ -26,6 +26,13 @@ int64_t counter_bytes(int num_sms) { return ceil_div(int64_t{kSplitBasePerSm} * 
 
 }  // namespace
 
+int shared_memory_per_sm() {
+  int device = 0, bytes = 0;
+  LS_CHECK_CUDA(cudaGetDevice(&device));
+  LS_CHECK_CUDA(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  return bytes;
+}
+
 // Prefill tiles (of uneven causal lengths): split until the grid fills
 // kPrefillFillPerSm blocks per SM.
 int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms) {
@@ -139,6 +146,11 @@ int attention_decode_tile_smem_bytes(int64_t blocks, int num_sms, int smem_per_s
   const int64_t share = ceil_div(blocks, int64_t{num_sms});
   const int64_t padded = smem_per_sm / (share + 1) + 16;
   return static_cast<int>(std::max<int64_t>(natural_bytes, padded));
+}
+
+int attention_cuda_core_padding_bytes(int64_t blocks, int num_sms, int smem_per_sm, int own_bytes) {
+  if (blocks > num_sms) return 0;
+  return attention_decode_tile_smem_bytes(1, num_sms, smem_per_sm, own_bytes) - own_bytes;
 }
 
 int64_t attention_workspace_bytes(int num_sms) {

@@ -142,6 +142,8 @@ int splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num
 int splits_one_block_per_sm(int64_t base_blocks, int64_t max_seq, int num_sms);
 int splits_that_fit(const AttentionParams& p, int head_dim, int wanted, int64_t base_blocks, int num_sms);
 AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits, int num_sms);
+// The current device's shared memory per SM, in bytes.
+int shared_memory_per_sm();
 
 // The CUDA-core kernel's launcher (attention_cuda_core.cu), for every dtype
 // and head_dim that kTensorCoreAttention leaves out.

@@ -59,6 +59,10 @@ int attention_splits_one_block_per_sm(int64_t base_blocks, int64_t max_seq, int 
 // the kernel's own (`natural_bytes`), padded where needed so that no SM of
 // `smem_per_sm` bytes can hold more than ceil(blocks / num_sms) of them.
 int attention_decode_tile_smem_bytes(int64_t blocks, int num_sms, int smem_per_sm, int natural_bytes);
+// Unused dynamic shared memory that a CUDA-core attention launch of `blocks`
+// blocks (of `own_bytes` static shared memory each) adds: enough for one
+// block an SM where the grid has at most one block an SM, none otherwise.
+int attention_cuda_core_padding_bytes(int64_t blocks, int num_sms, int smem_per_sm, int own_bytes);
 void clear_attention_workspace(void* workspace, int num_sms, cudaStream_t stream);
 
 }  // namespace lockstep::cuda

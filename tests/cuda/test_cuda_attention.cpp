@@ -215,6 +215,19 @@ TEST(AttentionSplits, DecodeTileSmemHoldsTheEvenShare) {
   EXPECT_EQ(cuda::attention_decode_tile_smem_bytes(1, kSms, kPerSm, 150 * 1024), 150 * 1024);
 }
 
+// The CUDA-core kernel is padded to one block an SM only where its grid
+// spreads that thin (attention_cuda_core.cu says what was measured).
+TEST(AttentionSplits, CudaCorePaddingOnlyUnderOneBlockAnSm) {
+  constexpr int kSms = 132, kPerSm = 228 * 1024, kReserved = 1024, kOwn = 9 * 1024;
+  for (const int64_t blocks : {1, 32, 131, 132}) {
+    const int padding = cuda::attention_cuda_core_padding_bytes(blocks, kSms, kPerSm, kOwn);
+    EXPECT_EQ(kPerSm / (kOwn + padding + kReserved), 1) << blocks << " blocks: " << padding << " bytes of padding";
+  }
+  for (const int64_t blocks : {133, 264, 1024})
+    EXPECT_EQ(cuda::attention_cuda_core_padding_bytes(blocks, kSms, kPerSm, kOwn), 0) << blocks << " blocks";
+  EXPECT_EQ(cuda::attention_cuda_core_padding_bytes(1, kSms, kPerSm, 150 * 1024), 0);
+}
+
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF32) { decode_cases(*this, DType::kF32, 11); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuBf16) { decode_cases(*this, DType::kBF16, 111); }
 TEST_F(CudaAttentionTest, DecodeMatchesCpuF16) { decode_cases(*this, DType::kF16, 211); }
