@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
@@ -24,15 +25,23 @@ inline std::filesystem::path real_tokenizer_dir() {
   return std::filesystem::path(LOCKSTEP_SOURCE_DIR) / "build" / "tokenizers";
 }
 
+// The running test's full name as one path component: parameterized suites
+// and tests have '/' in their names ("Cases/Golden", "Score/llama"), which
+// would otherwise nest directories that TearDown leaves behind.
+inline std::string test_name_for_path() {
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(test->test_suite_name()) + "_" + test->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  return name;
+}
+
 // Creates temp_directory_path()/lockstep_test_<pid>_<test name> in SetUp and
 // removes it in TearDown.
 class TempDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = std::filesystem::temp_directory_path() /
-           ("lockstep_test_" + std::to_string(::getpid()) + "_" + test->test_suite_name() + "_" +
-            test->name());
+           ("lockstep_test_" + std::to_string(::getpid()) + "_" + test_name_for_path());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }
