@@ -199,7 +199,7 @@ void launch_attention(const AttentionParams& p, int num_sms, cudaStream_t stream
   LS_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, attention_kernel<T, HD>, kThreads, 0));
   const int64_t slots = int64_t{num_sms} * std::max(1, blocks_per_sm);
   const int splits = attention_detail::splits_that_fit(
-      p, HD, attention_detail::splits_by_waves(base, c.max_seq, slots, num_sms), base, num_sms);
+      p, HD, attention_detail::splits_cuda_core(base, c.max_seq, slots, num_sms), base, num_sms);
   const AttnArgs args = attention_detail::make_attn_args(p, HD, group, head_chunks, splits, num_sms);
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(c.num_kv_heads * head_chunks),
                   static_cast<unsigned>(splits));

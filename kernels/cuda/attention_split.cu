@@ -66,6 +66,25 @@ int splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num
   return static_cast<int>(best);
 }
 
+// The CUDA-core kernel's splits: the waves rule, except where its grid
+// runs a few blocks over one an SM and capping the splits at SMs / base
+// keeps one block an SM (padded in the launch) for at most 1/8 more keys a
+// block. Those few blocks share an SM with another, which then takes twice
+// as long as the rest. Example: bench's 1088 keys take 17 splits; eight KV
+// heads at batch 1 make 136 blocks on 132 SMs, capped to 16 (128 blocks).
+// Measured (forty-sixth session, H100, float32): that batch of a 1B llama
+// shape +4.5% a step, the same grid of a 0.5B qwen2 shape (batch 4) level.
+// Applying the tensor-core rule (splits <= SMs / base) to every grid of at
+// most half the SMs lost 2-22% at batch 2-32 (the likeliest reading: its
+// blocks need company on an SM to stream at the SM's share of bandwidth).
+int splits_cuda_core(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms) {
+  const int by_waves = splits_by_waves(base_blocks, max_seq, slots, num_sms);
+  const int64_t capped = num_sms / base_blocks;
+  if (base_blocks * by_waves > num_sms && capped * 9 >= int64_t{by_waves} * 8)
+    return static_cast<int>(capped);
+  return by_waves;
+}
+
 // Tensor-core decode tiles: as many splits as keep the grid at one block an
 // SM at most, none once the grid without them fills half the SMs. One
 // decode block keeps three key tiles in flight, enough to stream its SM's
@@ -134,6 +153,10 @@ using namespace attention_detail;
 
 int attention_splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms) {
   return splits_by_waves(base_blocks, max_seq, slots, num_sms);
+}
+
+int attention_splits_cuda_core(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms) {
+  return splits_cuda_core(base_blocks, max_seq, slots, num_sms);
 }
 
 int attention_splits_one_block_per_sm(int64_t base_blocks, int64_t max_seq, int num_sms) {

@@ -140,6 +140,7 @@ __device__ void merge_splits(const AttnArgs& a, int used, int rows, HeadRow head
 int prefill_splits(int64_t base_blocks, int64_t max_seq, int num_sms);
 int splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms);
 int splits_one_block_per_sm(int64_t base_blocks, int64_t max_seq, int num_sms);
+int splits_cuda_core(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms);
 int splits_that_fit(const AttentionParams& p, int head_dim, int wanted, int64_t base_blocks, int num_sms);
 AttnArgs make_attn_args(const AttentionParams& p, int head_dim, int group, int head_chunks, int splits, int num_sms);
 // The current device's shared memory per SM, in bytes.

@@ -55,6 +55,9 @@ int64_t attention_workspace_bytes(int num_sms);
 // `slots` blocks at once, the tensor-core kernel's at one block an SM.
 int attention_splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms);
 int attention_splits_one_block_per_sm(int64_t base_blocks, int64_t max_seq, int num_sms);
+// The CUDA-core kernel's rule as launched: the waves rule, capped at one
+// block an SM where its grid runs only a few blocks over that.
+int attention_splits_cuda_core(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms);
 // Dynamic shared memory of a tensor-core decode launch of `blocks` blocks:
 // the kernel's own (`natural_bytes`), padded where needed so that no SM of
 // `smem_per_sm` bytes can hold more than ceil(blocks / num_sms) of them.

@@ -181,6 +181,23 @@ TEST(AttentionSplits, FewestSplitsForTheFewestWaves) {
   EXPECT_EQ(cuda::attention_splits_by_waves(8, 100, 396, 132), 1);  // under two splits' worth of keys
 }
 
+// The CUDA-core kernel's rule as launched (132 SMs, 3 blocks an SM): the
+// waves rule's grid is capped at one block an SM only where it runs a few
+// blocks over that and the cap costs at most 1/8 more keys a block.
+TEST(AttentionSplits, CudaCoreCapsAGridJustOverOneBlockAnSm) {
+  const auto splits = [](int64_t base, int64_t max_seq) {
+    return cuda::attention_splits_cuda_core(base, max_seq, 396, 132);
+  };
+  EXPECT_EQ(splits(8, 1088), 16);   // 17 splits would make 136 blocks: 128
+  EXPECT_EQ(splits(8, 1152), 16);   // 18 would make 144: 16 is 1/8 more keys a block
+  EXPECT_EQ(splits(9, 1152), 18);   // 14 would be 2/7 more keys: 162 blocks, as the waves rule
+  EXPECT_EQ(splits(2, 1088), 17);   // 34 blocks: under one an SM already
+  EXPECT_EQ(splits(7, 1088), 17);   // 119 blocks
+  EXPECT_EQ(splits(16, 1088), 17);  // 272 blocks: 8 splits would double the keys a block
+  EXPECT_EQ(splits(66, 1088), 6);   // 396 blocks, one an SM's slot each
+  EXPECT_EQ(splits(600, 1088), 1);  // no splits
+}
+
 // The tensor-core decode rule on 132 SMs: splits while the grid holds at most
 // one block an SM; none from 67 blocks (half the SMs) up.
 TEST(AttentionSplits, TensorCoreDecodeAtOneBlockAnSm) {
