@@ -194,7 +194,7 @@ TEST(AttentionSplits, CudaCoreCapsAGridJustOverOneBlockAnSm) {
   EXPECT_EQ(splits(2, 1088), 17);   // 34 blocks: under one an SM already
   EXPECT_EQ(splits(7, 1088), 17);   // 119 blocks
   EXPECT_EQ(splits(16, 1088), 17);  // 272 blocks: 8 splits would double the keys a block
-  EXPECT_EQ(splits(66, 1088), 6);   // 396 blocks, one an SM's slot each
+  EXPECT_EQ(splits(66, 1088), 6);   // 396 blocks: every slot once, three an SM
   EXPECT_EQ(splits(600, 1088), 1);  // no splits
 }
 
