@@ -51,8 +51,9 @@ void require_attention_head_dim(int64_t head_dim);
 int64_t attention_workspace_bytes(int num_sms);
 // The decode split rules: splits per block for a split-free grid of
 // `base_blocks` blocks on a GPU of `num_sms` SMs, with sequences of up to
-// `max_seq` keys (host code): the CUDA-core kernel's on a GPU holding
-// `slots` blocks at once, the tensor-core kernel's at one block an SM.
+// `max_seq` keys (host code): the fewest waves over `slots` blocks held at
+// once (the CUDA-core kernel's base rule), and the tensor-core kernel's at
+// one block an SM.
 int attention_splits_by_waves(int64_t base_blocks, int64_t max_seq, int64_t slots, int num_sms);
 int attention_splits_one_block_per_sm(int64_t base_blocks, int64_t max_seq, int num_sms);
 // The CUDA-core kernel's rule as launched: the waves rule, capped at one
